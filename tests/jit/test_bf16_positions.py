@@ -41,10 +41,11 @@ def positions(plane: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("act", ["none", "relu", "gelu"])
+@pytest.mark.parametrize("act", ["relu", "gelu"])  # a GELU: turned into pair planes
 def test_positions_bit_for_bit_the_pair_planes(case: tuple, act: str, blas_threads: int) -> None:
     """A plane of positions in gives the pair plane's bits, into float32, a pair plane or a
-    plane of positions, with no residual, a float32 one or a pair plane's."""
+    plane of positions, with no residual, a float32 one, a pair plane's or a plane of
+    positions'."""
     n, c, o, h, w_, k, p, d, q = case
     rng = np.random.default_rng(sum(case))
     x = rng.standard_normal((n, c, h, w_)).astype(np.float32)
@@ -71,14 +72,17 @@ def test_positions_bit_for_bit_the_pair_planes(case: tuple, act: str, blas_threa
         return out
 
     for r, rof in ((none, (0, 0, 0)), (res, (0, 0, 0)), (res_plane, (1, 1, 1))):
+        # the residual's plane as it is, and (bit 2) as positions
+        added = [(r, 0)] + ([(positions(r), 4)] if rof[0] else [])
         for to in (NONE4, out_plane):
             want = conv(plane_in, r, rof, to, 0).view(np.int32)
-            got = conv(positions(plane_in), r, rof, to, 1).view(np.int32)
-            np.testing.assert_array_equal(got, want)
-            if to[2]:
-                for src, orders in ((plane_in, 2), (positions(plane_in), 3)):
-                    got = conv(src, r, rof, to, orders).view(np.int32)
-                    np.testing.assert_array_equal(got, positions(want))
+            for r_, bit in added:
+                got = conv(positions(plane_in), r_, rof, to, 1 | bit).view(np.int32)
+                np.testing.assert_array_equal(got, want)
+                if to[2]:
+                    for src, orders in ((plane_in, 2), (positions(plane_in), 3)):
+                        got = conv(src, r_, rof, to, orders | bit).view(np.int32)
+                        np.testing.assert_array_equal(got, positions(want))
 
 
 def _chain():
@@ -140,3 +144,56 @@ def test_planes_of_positions_saved_and_loaded(tmp_path) -> None:
     for mode in ("bytecode", "compiled", "native"):
         got = np.asarray(rvm.VirtualMachine(loaded, exec_mode=mode)["main"](x))
         np.testing.assert_array_equal(got, want)
+
+
+def _blocks():
+    """main(img): a 3 x 3 stem (64 channels, ReLU) and two bottleneck blocks (1 x 1 to 32,
+    3 x 3, 1 x 1 back to 64 adding the block's input, ReLU): the shortcut's planes, read by
+    the next block's first convolution and added by its last, lie as positions too."""
+    rng = np.random.default_rng(4)
+    img = Var("img", tensor((2, 64, 14, 14), "float32"))
+
+    def weight(o: int, c: int, k: int):  # type: ignore[no-untyped-def]
+        return const((rng.standard_normal((o, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32))
+
+    bb = Builder()
+    with bb.function("main", [img]):
+        x = bb.emit(op.relu(bb.emit(op.conv2d(img, weight(64, 64, 3), padding=1))))
+        for _ in range(2):
+            a = bb.emit(op.relu(bb.emit(op.conv2d(x, weight(32, 64, 1)))))
+            b = bb.emit(op.relu(bb.emit(op.conv2d(a, weight(32, 32, 3), padding=1))))
+            c = bb.emit(op.conv2d(b, weight(64, 32, 1)))
+            x = bb.emit(op.relu(bb.emit(op.add(c, x))))
+        bb.emit_output(x)
+    return bb.get()
+
+
+BLOCKS = _blocks()
+
+
+def test_shortcuts_as_positions(exec_mode: str, monkeypatch) -> None:
+    """On AMX the blocks' planes lie as positions, the shortcut's too (written with a residual
+    of positions, added as one), the last block's output float32; the program runs near the
+    NumPy reference of the same bf16 program, and within bf16's bound of float32's."""
+    monkeypatch.setattr(to_bf16_module, "has_amx_tiles", lambda: True)
+    monkeypatch.setattr(to_bf16_module, "native_way", lambda: "bf16")
+    passes = default_passes()
+    converted = to_bf16(run_pipeline(BLOCKS, passes[: [n for n, _ in passes].index("legalize")]))
+    convs = [b.value for b in converted["main"].body.bindings
+             if getattr(b.value, "callee", None) is ops.conv2d_bf16]  # fmt: skip
+    layouts = [(c.attrs["source_layout"], c.attrs["plane_layout"], c.attrs["residual_layout"])
+               for c in convs]  # fmt: skip
+    pos, ch = "positions", "channels"
+    assert layouts == [
+        (ch, pos, ch),  # the stem
+        (pos, pos, ch), (pos, pos, ch), (pos, pos, pos),  # its output added by the first block
+        (pos, pos, ch), (pos, pos, ch), (pos, ch, pos),  # the last, float32 out
+    ]  # fmt: skip
+    assert all(c.attrs["pairing"] == "tiles" for c in convs)
+    ex = rvm.compile(BLOCKS, precision="bf16")
+    x = np.random.default_rng(7).standard_normal((2, 64, 14, 14)).astype(np.float32)
+    got = np.asarray(rvm.VirtualMachine(ex, exec_mode=exec_mode)["main"](x))
+    want = np.asarray(rvm.interpret(converted, "main", x))
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4 * np.abs(want).max())
+    exact = np.asarray(rvm.interpret(BLOCKS, "main", x))
+    assert np.abs(got - exact).max() <= 3e-2 * np.abs(exact).max()

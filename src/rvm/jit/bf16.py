@@ -107,10 +107,11 @@ def _conv(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tenso
         dims = (x.dims[0], pairs, str(plane[2]), str(plane[3]))
         if attrs.get("plane_layout", "channels") == "positions":
             dims = (x.dims[0], str(plane[2]), str(plane[3]), pairs)
-    # the planes laid out as positions by channel pairs: bit 0 the input's, bit 1 the output's
+    # the planes laid out as positions by channel pairs: bit 0 the input's, bit 1 the output's,
+    # bit 2 the residual's
     orders = sum(
         1 << i
-        for i, key in enumerate(("source_layout", "plane_layout"))
+        for i, key in enumerate(("source_layout", "plane_layout", "residual_layout"))
         if LAYOUTS.index(attrs.get(key, "channels")) == 1
     )
     t = Tensor(dims, out, kind="anchor")

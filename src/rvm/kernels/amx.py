@@ -401,9 +401,10 @@ def _ahead(b, b_col, nr, stride, j0, k2, band, bands):  # type: ignore[no-untype
 # the walk's first position, its channels' stride and its rows' width, as the output's. Kind
 # `POSITIONS` (the walk turned around only, `rvm.kernels.amxconv`): a plane of positions by
 # channel pairs, its address at the walk's first position, the words between its positions
-# (its channel pairs) and its rows' width (positions); no residual.
+# (its channel pairs) and its rows' width (positions); so a residual's (a pair plane's or
+# such a plane's, no float32 one).
 BLOCK_OUT = 10
-POSITIONS = 2
+POSITIONS = 3  # neither an output's kind (0, 1) nor a residual's (0, 1, 2)
 
 
 @jit(**_OPTS)

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rvm.kernels import amxconv, parfor, workpool
+from rvm.kernels import amx, amxconv, parfor, workpool
 from rvm.kernels.bf16direct import direct, direct_group, walks_out
 from rvm.kernels.bf16gemm import SPLIT_MIN
 from rvm.kernels.bf16planes import (
@@ -224,32 +224,38 @@ def conv2d(
     strided convolution reading the plane a stride-1 one reads too). ``orders`` (bit 0 with
     ``of``: ``x`` is laid out as positions by channel pairs, ``(n, hq, wq, (c + 1) // 2)``, a
     pair plane's words turned; bit 1 with ``to``: so is ``out``, ``(n, hq, wq, (co + 1) //
-    2)``) lets the walk turned around (`amxconv`) read a position's channel pairs as one line
-    and write them so; where it does not run (`_walks_positions`) the planes are turned into
-    pair planes first and after (`turned_words`)."""
-    if orders != 0 and not _walks_positions(pairing, panel, groups, act, res.size != 0, orders):
-        _positions_apart(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res,
-                         panel, to, of, before, pairing, rof, at, orders)  # fmt: skip
-        return
-    _planes(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, panel, to, of,
-            before, pairing, rof, at, orders)  # fmt: skip
+    2)``; bit 2 with ``rof``: so is ``res``) lets the walk turned around (`amxconv`) read a
+    position's channel pairs as one line and write them so; where it does not run
+    (`_walks_positions`) the planes are turned into pair planes first and after
+    (`turned_words`)."""
+    rkind = 0 if res.size == 0 else (2 if rof[0] != 0 else 1)
+    apart = orders != 0 and not _walks_positions(pairing, panel, groups, act, rkind, orders)
+    # one call of `_planes` (inlined: a second would compile it twice for every caller)
+    xc, oc, rc = _turned_in(x, out, res, orders if apart else 0)
+    _planes(xc, w, oc, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, rc, panel, to, of,
+            before, pairing, rof, at, 0 if apart else orders)  # fmt: skip
+    if apart and orders & 2:
+        for b in range(out.shape[0]):
+            turned_words(oc[b].ctypes.data, oc.shape[1], oc.shape[2] * oc.shape[3],
+                         out[b].ctypes.data)  # fmt: skip
 
 
 @jit(inline="always", **_OPTS)
-def _walks_positions(pairing, panel, groups, act, residual, orders):  # type: ignore[no-untyped-def]
+def _walks_positions(pairing, panel, groups, act, rkind, orders):  # type: ignore[no-untyped-def]
     """Whether a convolution's planes of positions (``orders``, as `conv2d`'s) are walked as
-    they lie: by the walk turned around (a weight in tiles, on AMX), a plane out only with no
-    residual and at most a ReLU (`amxconv._lines_out`)."""
-    lines_ok = orders & 2 == 0 or (act <= 1 and not residual)
-    return pairing == 3 and panel == 0 and groups == 1 and walks_out(act, residual) and lines_ok
+    they lie: by the walk turned around (a weight in tiles, on AMX), a plane out only with at
+    most a ReLU and no float32 residual (``rkind`` 1; `amxconv._lines`)."""
+    lines_ok = orders & 2 == 0 or (act <= 1 and rkind != 1)
+    return pairing == 3 and panel == 0 and groups == 1 and walks_out(act, rkind != 0) and lines_ok
 
 
 @jit(**_OPTS)
-def _positions_apart(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, panel,
-                     to, of, before, pairing, rof, at, orders):  # type: ignore[no-untyped-def]  # fmt: skip
-    """`conv2d` on pair planes turned from and into its planes of positions (``orders``)."""
+def _turned_in(x, out, res, orders):  # type: ignore[no-untyped-def]
+    """``(x, out, res)`` as pair planes where ``orders`` (`conv2d`'s) says they are planes of
+    positions: ``x`` and ``res`` turned into new arrays, a new array for ``out`` (turned into
+    it after); the others as they are."""
     n = x.shape[0]
-    xc, oc = np.ascontiguousarray(x), out
+    xc, oc, rc = x, out, res
     if orders & 1:
         xc = np.empty((n, x.shape[3], x.shape[1], x.shape[2]), np.float32)
         src = np.ascontiguousarray(x)
@@ -257,12 +263,13 @@ def _positions_apart(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, ac
             turned_words(src[b].ctypes.data, x.shape[1] * x.shape[2], x.shape[3], xc[b].ctypes.data)
     if orders & 2:
         oc = np.empty((n, out.shape[3], out.shape[1], out.shape[2]), np.float32)
-    _planes(xc, w, oc, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, panel, to, of,
-            before, pairing, rof, at, 0)  # fmt: skip
-    if orders & 2:
+    if orders & 4:
+        rc = np.empty((n, res.shape[3], res.shape[1], res.shape[2]), np.float32)
+        src = np.ascontiguousarray(res)
         for b in range(n):
-            turned_words(oc[b].ctypes.data, oc.shape[1], oc.shape[2] * oc.shape[3],
-                         out[b].ctypes.data)  # fmt: skip
+            turned_words(src[b].ctypes.data, res.shape[1] * res.shape[2], res.shape[3],
+                         rc[b].ctypes.data)  # fmt: skip
+    return xc, oc, rc
 
 
 @jit(inline="always", **_OPTS)
@@ -274,7 +281,8 @@ def _planes(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
     oh, ow = (to[2], to[3]) if planed_out else (out.shape[2], out.shape[3])
     kind = 0 if res.size == 0 else (2 if rof[0] != 0 else 1)
     if kind == 2:
-        _check_residual_plane(res, n, co, oh, ow, rof)
+        _check_residual_plane(res, n, co, oh, ow, rof, orders & 4 != 0)
+        kind = amx.POSITIONS if orders & 4 else kind  # a plane of positions' (walked so)
     fast = panel == 0 and walks_out(act, True)  # the walk's blocks take any residual
     if kind == 0 or (kind == 1 and not planed_out) or fast:
         _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, panel, to, of,
@@ -298,10 +306,11 @@ def _planes(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
 
 
 @jit(**_OPTS)
-def _check_residual_plane(res, n, co, oh, ow, rof):  # type: ignore[no-untyped-def]
-    if res.ndim != 4 or res.shape[0] != n or res.shape[1] != (co + 1) // 2:
+def _check_residual_plane(res, n, co, oh, ow, rof, lines):  # type: ignore[no-untyped-def]
+    pairs, hq, wq = (res.shape[3], res.shape[1], res.shape[2]) if lines else res.shape[1:]
+    if res.ndim != 4 or res.shape[0] != n or pairs != (co + 1) // 2:
         raise ValueError("bf16 conv2d: the residual's pair plane has not the output's pairs")
-    if rof[1] < 0 or rof[2] < 0 or res.shape[2] < rof[1] + oh or res.shape[3] < rof[2] + ow:
+    if rof[1] < 0 or rof[2] < 0 or hq < rof[1] + oh or wq < rof[2] + ow:
         raise ValueError("bf16 conv2d: the residual's pair plane is too small for the output")
 
 
@@ -319,7 +328,7 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
     co = w.shape[0]
     co_out = (co + 1) // 2 if planed_out else co
     oh, ow = (to[2], to[3]) if planed_out else (out.shape[2], out.shape[3])
-    res_shape = res.shape if kind == 2 else (n, co, oh, ow)  # a plane's: checked by `conv2d`
+    res_shape = res.shape if kind >= 2 else (n, co, oh, ow)  # a plane's: checked by `conv2d`
     _check(x, w, out, groups, kh, kw, bias, act, res, c, co_out, pairing, res_shape, lines)
     cg, og = c // groups, co // groups
     columns = 1 if pairing == 1 and cg % 2 == 1 else 0
@@ -336,14 +345,14 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
         or x.shape[3] < at[2] + of[2]
     ):
         raise ValueError("bf16 conv2d: the input's pair plane does not hold its image")
-    if (planed_out or kind == 2) and res.size != 0 and not (panel == 0 and walks_out(act, True)):
+    if (planed_out or kind >= 2) and res.size != 0 and not (panel == 0 and walks_out(act, True)):
         raise ValueError("bf16 conv2d: a pair plane out or residual here needs AMX's walk")
     if planed_in and (sh != 1 or sw != 1):
         raise ValueError("bf16 conv2d: a pair plane in needs stride 1")
     height, width = (out.shape[1], out.shape[2]) if lines else (out.shape[2], out.shape[3])
     if planed_out and (height < to[0] + oh + 1 or width < to[1] + ow):
         raise ValueError("bf16 conv2d: the pair plane out is too small for the output")
-    if orders != 0 and not _walks_positions(pairing, panel, groups, act, res.size != 0, orders):
+    if orders != 0 and not _walks_positions(pairing, panel, groups, act, kind, orders):
         raise ValueError("bf16 conv2d: a plane of positions here needs the walk turned around")
     if n == 0 or co == 0 or oh * ow == 0:
         return
@@ -356,7 +365,7 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
     wq = _pair_width(of[2] if of[0] > 0 else x.shape[3], ow, pl, kw, dw, sw)
     # a weight in tiles: the walk turned around (`amxconv`) where it puts its blocks itself
     turned = pairing == 3 and panel == 0 and groups == 1
-    turned = turned and walks_out(act, res.size != 0, planed_out or kind == 2 or wq > ow or across)
+    turned = turned and walks_out(act, res.size != 0, planed_out or kind >= 2 or wq > ow or across)
     if pairing == 3 and not turned:
         wc = amxconv.rows_of(wc, kh * kw)
     dims = (x.shape[3], x.shape[1], x.shape[2]) if across else (x.shape[1], x.shape[2], x.shape[3])
@@ -377,7 +386,7 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
     wide = np.empty((og if rows_wide else 0, oh * wq), np.float32)
     bc = np.ascontiguousarray(bias)
     rc = np.ascontiguousarray(res)
-    epilogue = np.zeros(16, dtype=np.int64)
+    epilogue = np.zeros(17, dtype=np.int64)
     epilogue[13] = kh * kw if turned else 0
     epilogue[14] = cg2 if across else 0  # planes of positions: their channel pairs
     epilogue[15] = co_out if lines else 0
@@ -385,14 +394,16 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
     epilogue[1] = act
     epilogue[2] = rc.ctypes.data if rc.size else 0
     epilogue[8] = kind if rc.size else 0
-    if kind == 2:  # the residual plane's padding top and left, height and width
+    if kind >= 2:  # the residual plane's padding top and left, height and width (its pairs)
         epilogue[9], epilogue[10] = rof[1], rof[2]
         epilogue[11], epilogue[12] = rc.shape[2], rc.shape[3]
+        if kind == amx.POSITIONS:
+            epilogue[11], epilogue[12], epilogue[16] = rc.shape[1], rc.shape[2], rc.shape[3]
     image_words = out.shape[1] * out.shape[2] * out.shape[3]
     res_words = rc.shape[1] * rc.shape[2] * rc.shape[3]
     for b in range(n):
         image = xc[b].view(np.uint32) if planed_in else plane
-        if kind == 2 and rc.size:
+        if kind >= 2 and rc.size:
             epilogue[2] = rc.ctypes.data + 4 * b * res_words
         if planed_out:
             epilogue[3] = out.ctypes.data + 4 * b * image_words

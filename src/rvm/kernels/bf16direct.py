@@ -69,7 +69,7 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
     # a plane of positions in (its channel pairs; 0: a pair plane) and out (its channel pairs;
     # 0: none), walked by the walk turned around only (`amxconv`; `conv2d` sees to it)
     across, lines = job[35], job[36]
-    in_walk = walks_out(act, res != 0, planed or job[28] == 2 or wp > job[16] or across > 0)
+    in_walk = walks_out(act, res != 0, planed or job[28] >= 2 or wp > job[16] or across > 0)
     rows = np.empty((co1 - co0 if planed and not in_walk else 0, rows_block * wp), np.float32)
     out = np.empty(amx.BLOCK_OUT, np.int64)
     out[0], out[4], out[5] = (amx.POSITIONS if lines else 0) if planed else 1, wp, job[16]
@@ -99,7 +99,8 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
                 out[1] = job[21] + 4 * ((job[22] + yb) * job[25] + job[23])
             else:
                 out[1] = job[31] + 4 * yb * job[16]
-            out[7] = res + 4 * (yb * job[30] + (job[32] if job[28] == 2 else 0))
+            lined = job[29] if job[28] == amx.POSITIONS else 1  # words a position
+            out[7] = res + 4 * (yb * job[30] * lined + (job[32] if job[28] >= 2 else 0))
             if job[33] > 0:  # turned around: the positions as A's rows
                 amxconv.walk(a, co0, co1, b_run, table, job[33], k2, job[34], run, bias, act,
                              out.ctypes.data, across, (job[27] - yb) * wp)  # fmt: skip
@@ -241,6 +242,9 @@ def direct_group(w, oc, b, g, groups, plane, table, wide, epilogue):  # type: ig
     if epilogue.size > 8 and epilogue[8] == 2:  # a pair plane's residual: the image's already
         job[20], job[28], job[29] = epilogue[2], 2, epilogue[11] * epilogue[12]
         job[30], job[32] = epilogue[12], epilogue[9] * epilogue[12] + epilogue[10]
+    elif epilogue.size > 16 and epilogue[8] == amx.POSITIONS:  # a plane of positions'
+        job[20], job[28], job[29] = epilogue[2], amx.POSITIONS, epilogue[16]
+        job[30], job[32] = epilogue[12], (epilogue[9] * epilogue[12] + epilogue[10]) * epilogue[16]
     elif job[20] != 0:
         job[28] = 1
     if epilogue.size > 3 and epilogue[3] != 0:  # one group: the plane's first pair

@@ -38,8 +38,8 @@ to bf16 (to nearest even) by the op; products are summed in float32; the result 
   kept bf16 between its blocks). With ``plane_layout`` ``"positions"`` (`LAYOUTS`) the plane
   out is laid out as positions by channel pairs, ``(n, hq, wq, (co + 1) // 2)``, the same
   words turned; with ``source_layout`` ``"positions"`` so is the plane in (read as it lies,
-  not with ``source_at``): what AMX's walk turned around reads and writes a line a position
-  (`rvm.kernels.amxconv`).
+  not with ``source_at``), with ``residual_layout`` the residual's plane: what AMX's walk
+  turned around reads and writes a line a position (`rvm.kernels.amxconv`).
 - ``max_pool2d_pairs(x, source, source_at, pool_size, strides, padding, dilation, ceil_mode,
   plane, signed)``: `rvm.op.max_pool2d` of the ``source`` ``(c, h, w)`` image whose int32 pair
   plane (its padding ``source_at``) ``x`` is: float32 NCHW, or with ``plane`` the next
@@ -288,6 +288,13 @@ def _infer_conv(call_: Call, args: list[TensorType]) -> Type:
     ]
     shape = (x.shape[0], None if w.shape is None else w.shape[0], *spatial)
     residual_plane = attrs.get("residual_plane", ())
+    if attrs.get("residual_layout", "channels") == "positions":
+        if not residual_plane:
+            raise IRError("conv2d_bf16: residual_layout says how a residual plane lies, but "
+                          "there is none")  # fmt: skip
+        if residual is not None and residual.shape is not None and len(residual.shape) == 4:
+            r = residual.shape
+            residual = TensorType((r[0], r[3], r[1], r[2]), residual.dtype)
     if residual is not None and residual_plane:
         _check_plane(residual, shape, residual_plane)
     elif residual is not None:
@@ -426,6 +433,7 @@ def conv2d_bf16(
     source_at: Sequence[int] = (),
     plane_layout: str = "channels",
     source_layout: str = "channels",
+    residual_layout: str = "channels",
 ) -> Call:
     """``activation(conv2d(bf16(x), w) + bias + residual)``: float32 ``x`` (NCHW) with the
     bf16 weight ``w`` (out channels, kp; int16 bits of conv2d's OIHW weight in channel pairs,
@@ -442,7 +450,8 @@ def conv2d_bf16(
     with that padding (a convolution's ``plane`` out), not float32; ``source_at`` ``(pt,
     pl)`` with ``source``: ``x`` is a pair plane of that image with that padding, laid out for
     another convolution (any stride here: its words copied into this one's phases);
-    ``plane_layout`` and ``source_layout`` (`LAYOUTS`): how the planes out and in lie."""
+    ``plane_layout``, ``source_layout`` and ``residual_layout`` (`LAYOUTS`): how the planes
+    out, in and added lie."""
     name = "conv2d_bf16"
     if residual is not None and bias is None:
         raise IRError("conv2d_bf16: a residual needs a bias (zeros for none)")
@@ -469,6 +478,7 @@ def conv2d_bf16(
         source_at=_ints(name, "source_at", source_at, 2, 0),
         plane_layout=check_choice(name, "plane_layout", plane_layout, LAYOUTS),
         source_layout=check_choice(name, "source_layout", source_layout, LAYOUTS),
+        residual_layout=check_choice(name, "residual_layout", residual_layout, LAYOUTS),
     )
 
 

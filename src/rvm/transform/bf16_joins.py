@@ -105,14 +105,9 @@ def pair_planes(
         own = [g for g in wants if g != _ANY]
         plane = own[0] if own else (0, 0, *plane_shape(source, (1, 1), (0, 0, 0, 0), (1, 1)))
         layout = "channels"
-        if (
-            residuals
-            and pieces == [i]
-            and not added
-            and not pools
-            and all(want == plane for want in wants)
-        ):
-            layout = _lines(out[i].value, [out[j].value for j in sources], source[0])
+        if residuals and pieces == [i] and not pools and all(want == plane for want in wants):
+            readers_ = [out[j].value for j in sources + added]
+            layout = _lines(out[i].value, readers_, source[0])
         for k in pieces:
             lies = {"plane_layout": layout} if _is_conv(out[k].value) else {}
             p = _rebuilt(out[k].value, plane=plane, **lies)
@@ -134,7 +129,8 @@ def pair_planes(
                          source_at=at, source_layout=layout)  # fmt: skip
             out[j] = E.VarBinding(out[j].var, q)  # q may write in turn
         for j in added:
-            q = _rebuilt(out[j].value, residual=var, residual_plane=plane[:2])
+            q = out[j].value if layout == "channels" else _in_tiles(out[j].value)
+            q = _rebuilt(q, residual=var, residual_plane=plane[:2], residual_layout=layout)
             out[j] = E.VarBinding(out[j].var, q)
         for j in pools:  # float32 out, until its own readers make it write their plane
             q = _pooled(out[j].value, var, source, plane[:2], signed=not relu)
@@ -185,20 +181,28 @@ def _may_write(conv: E.Expr, residuals: bool) -> bool:
 
 def _lines(writer: E.Call, readers: list[E.Call], c: int) -> str:
     """How the plane ``writer`` (a ``conv2d_bf16``) writes for its ``readers`` (convolutions
-    that read it as it lies; ``c`` its channels) lies (`rvm.op.bf16.LAYOUTS`): as positions
-    by channel pairs where the writer and every reader run as AMX's walk turned around on such
-    planes (`_turns`), the writer with no residual and at most a ReLU, and rounds its sums
-    into them a line a position; else as channel pairs."""
+    that read it as it lies, or add it: ``c`` its channels) lies (`rvm.op.bf16.LAYOUTS`): as
+    positions by channel pairs where the writer and every reader run as AMX's walk turned
+    around (`_turns`), the writer with at most a ReLU and no float32 residual, and rounds its
+    sums into them a line a position; else as channel pairs."""
     if not _is_conv(writer):  # a pool's
         return "channels"
     attrs = writer.attrs
     _, residual, _ = split_operands(writer.args[2:], attrs.get("prologue", "none"))
-    ins = getattr(writer.args[0].type, "shape", None)
-    cin = attrs["source"][0] if attrs.get("source") else (ins[1] if ins else None)
     # a 1 x 1 takes tiles only reading a plane of positions (a pair plane's copy costs more)
-    ok = residual is None and attrs["activation"] in ("none", "relu")
-    ok = ok and attrs["pairing"] == "tiles" and _turns(writer, cin)
-    return "positions" if ok and all(_turns(q, c) for q in readers) else "channels"
+    ok = (residual is None or bool(attrs.get("residual_plane"))) and attrs["activation"] in (
+        "none", "relu")  # fmt: skip
+    ok = ok and attrs["pairing"] == "tiles" and _turns(writer, _channels_in(writer))
+    fits = all(_turns(q, _channels_in(q)) for q in readers)
+    return "positions" if ok and fits else "channels"
+
+
+def _channels_in(conv: E.Call) -> int | None:
+    """The input channels of ``conv`` (a ``conv2d_bf16``): its image's, or its plane's."""
+    if conv.attrs.get("source"):
+        return conv.attrs["source"][0]
+    shape = getattr(conv.args[0].type, "shape", None)
+    return shape[1] if shape else None
 
 
 def _turns(conv: E.Call, c: int | None) -> bool:
@@ -308,6 +312,7 @@ def _rebuilt(conv: E.Call, **changes) -> E.Call:
                  source_at=attrs.get("source_at", ()),
                  plane_layout=attrs.get("plane_layout", "channels"),
                  source_layout=attrs.get("source_layout", "channels"),
+                 residual_layout=attrs.get("residual_layout", "channels"),
                  **{k: attrs[k] for k in _CONV_ATTRS})  # fmt: skip
     new = op.conv2d_bf16(**{**parts, **changes})
     infer_type(new)

@@ -275,7 +275,7 @@ def split_operands(rest, prologue="none"):
 def conv2d_bf16(
     x, w, *rest, strides, padding, dilation, groups, kernel, activation="none", panel=0,
     plane=(), source=(), prologue="none", pairing="channels", residual_plane=(), source_at=(),
-    plane_layout="channels", source_layout="channels"
+    plane_layout="channels", source_layout="channels", residual_layout="channels"
 ):  # fmt: skip
     """``activation(conv2d(bf16(x), w) + bias + residual)`` with the bf16 weight ``w`` (int16
     bits in channel pairs: `conv_pairs`; turned in panels of ``panel`` output channels when
@@ -287,8 +287,9 @@ def conv2d_bf16(
     taps paired as ``pairing`` says (`PAIRINGS`); with ``residual_plane`` ``(pt, pl)`` the
     residual is the output image's pair plane with that padding (a convolution's ``plane``
     out: its values bf16); with ``source_at`` ``(pt, pl)`` ``x`` is a pair plane of the
-    ``source`` image with that padding, laid out for another convolution; ``plane_layout``
-    and ``source_layout`` (`LAYOUTS`) how the planes out and in lie."""
+    ``source`` image with that padding, laid out for another convolution; ``plane_layout``,
+    ``source_layout`` and ``residual_layout`` (`LAYOUTS`) how the planes out, in and added
+    lie."""
     if source:  # this one's plane, or with ``source_at`` another's
         x = as_channels(x) if source_layout == "positions" else x
         x = plane_image(x, *source, *(source_at or padding[:2]))
@@ -301,7 +302,8 @@ def conv2d_bf16(
     if plane:
         attrs = dict(strides=strides, padding=padding, dilation=dilation, groups=groups)
         y = conv2d_bf16(x, w, *rest, **attrs, kernel=kernel, activation=activation, panel=panel,
-                        pairing=pairing, residual_plane=residual_plane)  # fmt: skip
+                        pairing=pairing, residual_plane=residual_plane,
+                        residual_layout=residual_layout)  # fmt: skip
         y = pair_plane(y, *plane)
         return as_positions(y) if plane_layout == "positions" else y
     cg, (kh, kw) = x.shape[1] // groups, kernel
@@ -313,6 +315,7 @@ def conv2d_bf16(
         y = _like(y + np.asarray(rest[0], np.float32).reshape(-1, 1, 1), np.float32)
     if len(rest) > 1:
         r = rest[1]
+        r = as_channels(r) if residual_layout == "positions" else r
         r = plane_image(r, *y.shape[1:], *residual_plane) if residual_plane else r
         y = _like(y + np.asarray(r, np.float32), np.float32)
     if activation == "relu":
