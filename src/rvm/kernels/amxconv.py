@@ -50,7 +50,7 @@ from rvm.kernels.bf16words import run_bits
 from rvm.kernels.epilogue import tile_rows
 from rvm.kernels.gemmshape import BLOCK_BYTES
 from rvm.kernels.jitting import alive, jit
-from rvm.kernels.microkernel import ints_at
+from rvm.kernels.microkernel import ints_at, prefetch_l2
 
 __all__ = ["rows_of", "walk"]
 
@@ -358,7 +358,7 @@ def _walk(w, m0, m1, plane, table, taps, k2, size, n, bias, act, to, across, lim
     # position's lines out and added one after the other, not a band's strided through the
     # image (resnet50's 64 -> 256 on 56 x 56 with a residual, one thread: 335 -> 268 us)
     blocks = (n + BLOCK_COLS - 1) // BLOCK_COLS
-    by_positions = taps == 1 and _STEP * steps * bands <= BLOCK_BYTES
+    by_positions = lines and taps == 1 and _STEP * steps * bands <= BLOCK_BYTES
     for t in range(bands * blocks):
         band, jb = (t % bands, t // bands) if by_positions else (t // blocks, t % blocks)
         i0 = m0 + band * 2 * TILE
@@ -429,6 +429,13 @@ def _lines(edge, cols, i0, j0, to, bias, relu, turned):  # type: ignore[no-untyp
                     _turn(at + 4 * k, 4 * ld_res, TILE, min(TILE, ow - xx - k),
                           turned + 4 * TILE * (r + k), 4 * TILE)  # fmt: skip
             r, yy, xx = r + run, yy + 1, 0
+    if kind == POSITIONS:  # the next block's lines hinted into L2 (a band's lie a position apart)
+        yy, xx = (j0 + BLOCK_COLS) // wp, (j0 + BLOCK_COLS) % wp
+        for _ in range(BLOCK_COLS):
+            prefetch_l2(res + 4 * ((yy * row_res + xx) * ld_res + i0 // 2))
+            xx += 1
+            if xx == wp:
+                yy, xx = yy + 1, 0
     for r in range(cols):
         if x < ow:
             line = 0

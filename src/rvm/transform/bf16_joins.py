@@ -52,10 +52,11 @@ def pair_planes(
     (``max_pool2d_pairs``), comparing bits where every piece ends in a ReLU (``signed``
     False): a maximum of bf16 values is one of them, so the readers get the values they got.
     With ``residuals`` too, a plane that one convolution writes and only convolutions that
-    walk it turned around read as it lies (`_lines`) is laid out as positions by channel
-    pairs (``plane_layout`` and ``source_layout`` ``"positions"``): a position's pairs one
-    line, which the writer rounds its sums into and each reader loads as A's rows as they
-    lie (`rvm.kernels.amxconv`). The program's inputs and outputs stay float32. Returns
+    walk turned around read as it lies or add (`_lines`) is laid out as positions by channel
+    pairs (``plane_layout``, ``source_layout`` and ``residual_layout`` ``"positions"``): a
+    position's pairs one line, which the writer rounds its sums into and each reader loads
+    as A's rows as they lie, or adds (`rvm.kernels.amxconv`); ResNet's shortcut within a
+    stage too. The program's inputs and outputs stay float32. Returns
     the new bindings and how many convolutions write planes (one only added, as a 1 x 1
     would read it: ResNet's first block's main path, added by its projection)."""
     readers: dict[E.Var, list[tuple[int, str]]] = {}  # a value's readers and their roles
@@ -107,7 +108,7 @@ def pair_planes(
         layout = "channels"
         if residuals and pieces == [i] and not pools and all(want == plane for want in wants):
             readers_ = [out[j].value for j in sources + added]
-            layout = _lines(out[i].value, readers_, source[0])
+            layout = _lines(out[i].value, readers_)
         for k in pieces:
             lies = {"plane_layout": layout} if _is_conv(out[k].value) else {}
             p = _rebuilt(out[k].value, plane=plane, **lies)
@@ -179,9 +180,9 @@ def _may_write(conv: E.Expr, residuals: bool) -> bool:
     return len(conv.args) <= 3 or (residuals and _adds(conv))
 
 
-def _lines(writer: E.Call, readers: list[E.Call], c: int) -> str:
+def _lines(writer: E.Call, readers: list[E.Call]) -> str:
     """How the plane ``writer`` (a ``conv2d_bf16``) writes for its ``readers`` (convolutions
-    that read it as it lies, or add it: ``c`` its channels) lies (`rvm.op.bf16.LAYOUTS`): as
+    that read it as it lies, or add it) lies (`rvm.op.bf16.LAYOUTS`): as
     positions by channel pairs where the writer and every reader run as AMX's walk turned
     around (`_turns`), the writer with at most a ReLU and no float32 residual, and rounds its
     sums into them a line a position; else as channel pairs."""
