@@ -12,7 +12,9 @@ import pytest
 
 import rvm
 from rvm import op
+from rvm.errors import IRError
 from rvm.ir import Builder, Var, const, tensor
+from rvm.ir.infer import infer_type
 from rvm.kernels import bf16conv, bf16planes
 from rvm.kernels.reference.bf16 import PAIRINGS, conv_pairs, pair_plane
 from rvm.kernels.reference.packed import ACTIVATIONS
@@ -114,32 +116,45 @@ def test_planes_of_positions_between_turned_convolutions(amx: bool, exec_mode: s
     on any CPU in every exec mode, near the NumPy reference of the same bf16 program and
     within the bound of the float32 one; saved and loaded, it runs as it ran."""
     monkeypatch.setattr(to_bf16_module, "has_amx_tiles", lambda: amx)
-    monkeypatch.setattr(to_bf16_module, "native_way", lambda: "bf16")
-    passes = default_passes()
-    converted = to_bf16(run_pipeline(CHAIN, passes[: [n for n, _ in passes].index("legalize")]))
-    convs = [b.value for b in converted["main"].body.bindings
-             if getattr(b.value, "callee", None) is ops.conv2d_bf16]  # fmt: skip
+    converted, convs = _converted(CHAIN, monkeypatch)
     lines = "positions" if amx else "channels"
     assert [c.attrs["plane_layout"] for c in convs] == [lines] * 3 + ["channels"]
     assert [c.attrs["source_layout"] for c in convs] == ["channels"] + [lines] * 3
     assert convs[2].attrs["pairing"] == ("tiles" if amx else "channels")
-    ex = rvm.compile(CHAIN, precision="bf16")
-    x = np.random.default_rng(6).standard_normal((1, 64, 18, 18)).astype(np.float32)
+    _runs_as_converted(CHAIN, converted, (1, 64, 18, 18), exec_mode)
+
+
+def _converted(mod, monkeypatch):  # type: ignore[no-untyped-def]
+    """``mod`` after the pipeline's passes up to `to_bf16` (its ``"bf16"`` way), and its bf16
+    convolutions."""
+    monkeypatch.setattr(to_bf16_module, "native_way", lambda: "bf16")
+    passes = default_passes()
+    converted = to_bf16(run_pipeline(mod, passes[: [n for n, _ in passes].index("legalize")]))
+    convs = [b.value for b in converted["main"].body.bindings
+             if getattr(b.value, "callee", None) is ops.conv2d_bf16]  # fmt: skip
+    return converted, convs
+
+
+def _runs_as_converted(mod, converted, shape: tuple, exec_mode: str) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
+    """``mod`` compiled in bf16 runs in ``exec_mode`` near the NumPy reference of the same
+    program (``converted``) and within bf16's bound of float32's."""
+    ex = rvm.compile(mod, precision="bf16")
+    x = np.random.default_rng(6).standard_normal(shape).astype(np.float32)
     got = np.asarray(rvm.VirtualMachine(ex, exec_mode=exec_mode)["main"](x))
     want = np.asarray(rvm.interpret(converted, "main", x))
     np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4 * np.abs(want).max())
-    exact = np.asarray(rvm.interpret(CHAIN, "main", x))
+    exact = np.asarray(rvm.interpret(mod, "main", x))
     assert np.abs(got - exact).max() <= 3e-2 * np.abs(exact).max()
 
 
 def test_planes_of_positions_saved_and_loaded(tmp_path) -> None:
-    """A saved bf16 executable with planes of positions loads and runs as it ran, in every
-    exec mode."""
-    ex = rvm.compile(CHAIN, precision="bf16")
+    """A saved bf16 executable with planes of positions (its shortcuts' too) loads and runs
+    as it ran, in every exec mode."""
+    ex = rvm.compile(BLOCKS, precision="bf16")
     path = tmp_path / "positions.rvmx"
     ex.save(str(path))
     loaded = rvm.load_executable(str(path))
-    x = np.random.default_rng(8).standard_normal((1, 64, 18, 18)).astype(np.float32)
+    x = np.random.default_rng(8).standard_normal((2, 64, 14, 14)).astype(np.float32)
     want = np.asarray(rvm.VirtualMachine(ex)["main"](x))
     for mode in ("bytecode", "compiled", "native"):
         got = np.asarray(rvm.VirtualMachine(loaded, exec_mode=mode)["main"](x))
@@ -176,11 +191,7 @@ def test_shortcuts_as_positions(exec_mode: str, monkeypatch) -> None:
     of positions, added as one), the last block's output float32; the program runs near the
     NumPy reference of the same bf16 program, and within bf16's bound of float32's."""
     monkeypatch.setattr(to_bf16_module, "has_amx_tiles", lambda: True)
-    monkeypatch.setattr(to_bf16_module, "native_way", lambda: "bf16")
-    passes = default_passes()
-    converted = to_bf16(run_pipeline(BLOCKS, passes[: [n for n, _ in passes].index("legalize")]))
-    convs = [b.value for b in converted["main"].body.bindings
-             if getattr(b.value, "callee", None) is ops.conv2d_bf16]  # fmt: skip
+    converted, convs = _converted(BLOCKS, monkeypatch)
     layouts = [(c.attrs["source_layout"], c.attrs["plane_layout"], c.attrs["residual_layout"])
                for c in convs]  # fmt: skip
     pos, ch = "positions", "channels"
@@ -190,10 +201,23 @@ def test_shortcuts_as_positions(exec_mode: str, monkeypatch) -> None:
         (pos, pos, ch), (pos, pos, ch), (pos, ch, pos),  # the last, float32 out
     ]  # fmt: skip
     assert all(c.attrs["pairing"] == "tiles" for c in convs)
-    ex = rvm.compile(BLOCKS, precision="bf16")
-    x = np.random.default_rng(7).standard_normal((2, 64, 14, 14)).astype(np.float32)
-    got = np.asarray(rvm.VirtualMachine(ex, exec_mode=exec_mode)["main"](x))
-    want = np.asarray(rvm.interpret(converted, "main", x))
-    np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4 * np.abs(want).max())
-    exact = np.asarray(rvm.interpret(BLOCKS, "main", x))
-    assert np.abs(got - exact).max() <= 3e-2 * np.abs(exact).max()
+    _runs_as_converted(BLOCKS, converted, (2, 64, 14, 14), exec_mode)
+
+
+def test_layouts_the_type_rule_refuses() -> None:
+    """A plane of positions in is read as it lies (a pair plane's words are copied into
+    phases only from channel pairs), and a layout needs the plane it describes."""
+    plane = Var("p", tensor((1, 9, 8, 16), "int32"))
+    img = Var("x", tensor((1, 32, 6, 6), "float32"))
+    attrs = dict(padding=1, kernel=3, pairing="tiles")
+    cases = [
+        (dict(x=plane, source=(32, 6, 6), source_at=(1, 1), source_layout="positions"),
+         "read as it lies"),
+        (dict(x=img, plane_layout="positions"), "plane_layout says"),
+        (dict(x=img, bias=const(np.zeros(32, np.float32)), residual=img,
+              residual_layout="positions"), "residual_layout says"),
+    ]  # fmt: skip
+    for changes, message in cases:
+        call = op.conv2d_bf16(w=const(np.zeros((32, 288), np.int16)), **attrs, **changes)
+        with pytest.raises(IRError, match=message):
+            infer_type(call)
