@@ -591,7 +591,7 @@ def test_cpus_without_bf16_instructions(
         "    bias = np.linspace(-1, 1, 48, dtype=np.float32)\n"  # the tile's bias, residual, ReLU
         "    res = rng.standard_normal(want.shape).astype(np.float32)\n"
         "    want = np.maximum(want + bias.reshape(48, 1, 1) + res, 0)\n"
-        "    tail = ((0, 0, 0, 0), (0, 0, 0), (0, 0), 1)\n"
+        "    tail = ((0, 0, 0, 0), (0, 0, 0), (0, 0), 1, (0, 0, 0), (0, 0, 0), 0)\n"  # one build
         "    bf16conv.conv2d(x, bits, out, 1, s, s, 1, 1, 1, 1, 3, 3, bias, 1, res, 0, *tail)\n"
         "    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)\n"
         "    for nr in (bf16gemm.NR, bf16gemm.LANES):\n"  # turned around: channels on the lanes

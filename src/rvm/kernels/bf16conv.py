@@ -314,13 +314,14 @@ def _check_residual_plane(res, n, co, oh, ow, rof, lines):  # type: ignore[no-un
         raise ValueError("bf16 conv2d: the residual's pair plane is too small for the output")
 
 
-@jit(inline="always", **_OPTS)
+@jit(**_OPTS)
 def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, panel, to, of,
             before, pairing, kind, rof, at, orders):  # type: ignore[no-untyped-def]  # fmt: skip
     """`conv2d` with a float32 residual (``kind`` 1) or none, or on AMX (one group, ReLU at
     most) a pair plane's (``kind`` 2, its padding ``rof[1:]``), read as the walk stores its
     blocks (`amx.BLOCK_OUT`); planes of positions (``orders``) only where the walk turned
-    around runs (`_walks_positions`)."""
+    around runs (`_walks_positions`). Not inlined: `_planes` calls it three ways, and three
+    inlined copies took 43 s to compile where one takes 31 (session 80)."""
     gathered = at[0] != 0 and of[0] > 0  # a pair plane in, copied into this one's phases
     planed_in, planed_out = of[0] > 0 and not gathered, to[2] > 0
     across, lines = orders & 1 != 0 and planed_in, orders & 2 != 0 and planed_out
