@@ -49,3 +49,26 @@ CASES = [
     (1, 4, 14, 13, 4, (3, 3), (1, 1), (1, 1), 4, (2, 1, 2, 0)),  # rows of 12: two; 2 pad rows
     (2, 3, 7, 9, 3, (3, 3), (2, 2), (1, 1), 3, (0, 1, 2, 1)),  # stride 2, bottom pad 2
 ]
+
+
+def bf16_direct_case(n, c, o, h, w, k, p, d):  # type: ignore[no-untyped-def]
+    """A bf16 stride-1 convolution's operands for the turned walk's tests (`test_bf16_tiles`,
+    `test_bf16_positions`): ``n`` images of ``c`` x ``h`` x ``w``, an ``o`` x ``c`` x ``k``
+    x ``k`` weight (padding ``p``, dilation ``d``), its bias, the output's height and width,
+    the image's pair plane (float32 words) and a float32 residual with its pair plane
+    (padding 1); seeded by the shape."""
+    import numpy as np
+
+    from rvm.kernels import bf16planes
+    from rvm.kernels.reference.bf16 import pair_plane
+
+    rng = np.random.default_rng(n + c + o + h + w + k + p + d)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    weight = (rng.standard_normal((o, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
+    bias = rng.standard_normal(o).astype(np.float32)
+    oh, ow = h + 2 * p - d * (k - 1), w + 2 * p - d * (k - 1)
+    wq = bf16planes.pair_width(w, ow, p, k, d, 1)
+    plane = np.ascontiguousarray(pair_plane(x, p, p, oh + d * (k - 1) + 1, wq).view(np.float32))
+    res = rng.standard_normal((n, o, oh, ow)).astype(np.float32)
+    res_plane = np.ascontiguousarray(pair_plane(res, 1, 1, oh + 3, ow + 1).view(np.float32))
+    return x, weight, bias, (oh, ow), plane, res, res_plane

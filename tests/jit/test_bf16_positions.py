@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conv_cases import bf16_direct_case
 
 import rvm
 from rvm import op
 from rvm.errors import IRError
 from rvm.ir import Builder, Var, const, tensor
 from rvm.ir.infer import infer_type
-from rvm.kernels import bf16conv, bf16planes
-from rvm.kernels.reference.bf16 import PAIRINGS, conv_pairs, pair_plane
+from rvm.kernels import bf16conv
+from rvm.kernels.reference.bf16 import PAIRINGS, conv_pairs
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import ops
 from rvm.op.bf16 import bf16_bits
@@ -49,17 +50,9 @@ def test_positions_bit_for_bit_the_pair_planes(case: tuple, act: str, blas_threa
     plane of positions, with no residual, a float32 one, a pair plane's or a plane of
     positions'."""
     n, c, o, h, w_, k, p, d, q = case
-    rng = np.random.default_rng(sum(case))
-    x = rng.standard_normal((n, c, h, w_)).astype(np.float32)
-    w = rng.standard_normal((o, c, k, k)).astype(np.float32) / np.sqrt(c * k * k)
+    _, w, bias, (oh, ow), plane_in, res, res_plane = bf16_direct_case(*case[:-1])
     bits = bf16_bits(conv_pairs(w, TILES)).view(np.int16)
-    bias = rng.standard_normal(o).astype(np.float32)
     index = ACTIVATIONS.index(act)
-    oh, ow = h + 2 * p - d * (k - 1), w_ + 2 * p - d * (k - 1)
-    wq = bf16planes.pair_width(w_, ow, p, k, d, 1)
-    plane_in = np.ascontiguousarray(pair_plane(x, p, p, oh + d * (k - 1) + 1, wq).view(np.float32))
-    res = rng.standard_normal((n, o, oh, ow)).astype(np.float32)
-    res_plane = np.ascontiguousarray(pair_plane(res, 1, 1, oh + 3, ow + 1).view(np.float32))
     none = np.zeros((0, 0, 0, 0), np.float32)
     out_plane = (q, q, oh, ow)
     shape = (n, o // 2, oh + 2 * q + 1, ow + 2 * q)

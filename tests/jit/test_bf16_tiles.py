@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conv_cases import bf16_direct_case
 
 import rvm
 from rvm import op
 from rvm.errors import IRError
 from rvm.ir import Var, tensor
-from rvm.kernels import amxconv, bf16conv, bf16planes
+from rvm.kernels import amxconv, bf16conv
 from rvm.kernels.reference.bf16 import (
     PAIRINGS,
     conv2d_bf16,
     conv_pairing,
     conv_pairs,
-    pair_plane,
     tile_pairs,
     unpair,
     untile_pairs,
@@ -81,16 +81,8 @@ def test_tiles_bit_for_bit_the_taps(case: tuple, act: str, blas_threads: int) ->
     residual, a float32 one or a pair plane's (a GELU with a residual: not turned, the tiles
     turned back into rows); and the NumPy reference's values."""
     n, c, o, h, w_, k, p, d = case
-    rng = np.random.default_rng(sum(case))
-    x = rng.standard_normal((n, c, h, w_)).astype(np.float32)
-    w = rng.standard_normal((o, c, k, k)).astype(np.float32) / np.sqrt(c * k * k)
-    bias = rng.standard_normal(o).astype(np.float32)
+    x, w, bias, (oh, ow), plane_in, res, res_plane = bf16_direct_case(*case)
     index = ACTIVATIONS.index(act)
-    oh, ow = h + 2 * p - d * (k - 1), w_ + 2 * p - d * (k - 1)
-    wq = bf16planes.pair_width(w_, ow, p, k, d, 1)
-    plane_in = np.ascontiguousarray(pair_plane(x, p, p, oh + d * (k - 1) + 1, wq).view(np.float32))
-    res = rng.standard_normal((n, o, oh, ow)).astype(np.float32)
-    res_plane = np.ascontiguousarray(pair_plane(res, 1, 1, oh + 3, ow + 1).view(np.float32))
     none = np.zeros((0, 0, 0, 0), np.float32)
     out_plane = (1, 1, oh, ow)
 
