@@ -69,8 +69,8 @@ def _compiled(
     def no_pools(value):  # type: ignore[no-untyped-def]
         return pools and pooled(value)
 
-    def no_positions(writer, readers, c):  # type: ignore[no-untyped-def]
-        return lines(writer, readers, c) if positions else "channels"
+    def no_positions(writer, readers):  # type: ignore[no-untyped-def]
+        return lines(writer, readers) if positions else "channels"
 
     to_bf16_module.conv_pairing, bf16_joins._writers = no_taps, no_concat
     bf16_joins._pools, bf16_joins._lines = no_pools, no_positions
