@@ -17,7 +17,7 @@ from rvm.errors import IRError
 from rvm.ir import Builder, Var, const, tensor
 from rvm.ir.infer import infer_type
 from rvm.kernels import bf16conv
-from rvm.kernels.reference.bf16 import PAIRINGS, conv_pairs
+from rvm.kernels.reference.bf16 import PAIRINGS, as_positions, conv_pairs
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import ops
 from rvm.op.bf16 import bf16_bits
@@ -36,11 +36,6 @@ CASES = [  # n, c, o, h, w, k, padding, dilation, the plane out's padding
     (2, 256, 64, 7, 7, 1, 0, 1, 0),  # a 1 x 1 on a small map, two images
     (1, 32, 32, 40, 40, 3, 1, 1, 2),  # rows of 41 words, a plane out padded by 2
 ]
-
-
-def positions(plane: np.ndarray) -> np.ndarray:
-    """A pair plane ``(n, pairs, hq, wq)``'s words as positions by channel pairs."""
-    return np.ascontiguousarray(plane.transpose(0, 2, 3, 1))
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -68,16 +63,16 @@ def test_positions_bit_for_bit_the_pair_planes(case: tuple, act: str, blas_threa
 
     for r, rof in ((none, (0, 0, 0)), (res, (0, 0, 0)), (res_plane, (1, 1, 1))):
         # the residual's plane as it is, and (bit 2) as positions
-        added = [(r, 0)] + ([(positions(r), 4)] if rof[0] else [])
+        added = [(r, 0)] + ([(as_positions(r), 4)] if rof[0] else [])
         for to in (NONE4, out_plane):
             want = conv(plane_in, r, rof, to, 0).view(np.int32)
             for r_, bit in added:
-                got = conv(positions(plane_in), r_, rof, to, 1 | bit).view(np.int32)
+                got = conv(as_positions(plane_in), r_, rof, to, 1 | bit).view(np.int32)
                 np.testing.assert_array_equal(got, want)
                 if to[2]:
-                    for src, orders in ((plane_in, 2), (positions(plane_in), 3)):
+                    for src, orders in ((plane_in, 2), (as_positions(plane_in), 3)):
                         got = conv(src, r_, rof, to, orders | bit).view(np.int32)
-                        np.testing.assert_array_equal(got, positions(want))
+                        np.testing.assert_array_equal(got, as_positions(want))
 
 
 def _chain():

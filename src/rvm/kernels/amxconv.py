@@ -16,12 +16,15 @@ alone, one thread, inception_v2's 64 -> 192 3 x 3 on 56 x 56: 351 us against 642
 (each tap's channel pairs a plane apart: a weight in tiles), with its output record
 (`rvm.kernels.amx.BLOCK_OUT`). It copies the words of the input's pair plane its run reads
 into a scratch of positions by channel pairs (`_gather`: 16 x 16 words at a time, turned in
-registers by `_turn`), then walks each band of 32 output channels along the run's blocks of
-32 positions (`_block`), and puts each block of sums, turned back into channel rows in L1,
-where the record says (`rvm.kernels.amx.block_out`: the next convolution's pair plane or a
-float32 image, with its bias, residual and activation). The sums are the walk's bit for bit
-(the same products in the same order). Where the walk is not turned (no AMX: a program
-saved on a CPU with it), `rows_of` turns the tiles back into rows.
+registers by `_turn`), or reads a plane already laid out so (a plane of positions,
+`rvm.kernels.reference.bf16.LAYOUTS`) as it lies; then walks each band of 32 output
+channels along the run's blocks of 32 positions (`_block`; a 1 x 1 writing such a plane,
+every band at each block in turn), and puts each block of sums, turned back into channel
+rows in L1, where the record says (`rvm.kernels.amx.block_out`: the next convolution's pair
+plane or a float32 image, with its bias, residual and activation), or rounds each
+position's channels into one line of a plane of positions (`_lines`). The sums are the
+walk's bit for bit (the same products in the same order). Where the walk is not turned (no
+AMX: a program saved on a CPU with it), `rows_of` turns the tiles back into rows.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from rvm.kernels.amx import (
     tile_intrinsics,
     tile_step,
 )
-from rvm.kernels.bf16words import run_bits
+from rvm.kernels.bf16words import pair_halves, run_bits
 from rvm.kernels.epilogue import tile_rows
 from rvm.kernels.gemmshape import BLOCK_BYTES
 from rvm.kernels.jitting import alive, jit
@@ -191,13 +194,12 @@ def _line(typingctx, src, bias, res, relu, dst):  # type: ignore[no-untyped-def]
             add(halves(bias))
         with builder.if_then(builder.icmp_signed("!=", res, _I64(0))):
             words = builder.load(builder.inttoptr(res, _WORDS.as_pointer()), align=4)
-            low = builder.shl(words, ir.Constant(_WORDS, [16] * TILE))
-            high = builder.and_(words, ir.Constant(_WORDS, [-65536] * TILE))
+            low, high = pair_halves(builder, words)
             half = TILE // 2  # channels 2 q and 2 q + 1 side by side again
             order = [[q // 2 + (TILE if q % 2 else 0) + h * half for q in range(TILE)]
                      for h in range(2)]  # fmt: skip
-            add([builder.bitcast(builder.shuffle_vector(low, high, ir.Constant(
-                ir.VectorType(_I32, TILE), o)), _FLOATS) for o in order])  # fmt: skip
+            add([builder.shuffle_vector(low, high, ir.Constant(ir.VectorType(_I32, TILE), o))
+                 for o in order])  # fmt: skip
         values = [builder.load(builder.gep(sums, [_I32(i)])) for i in range(2)]
         with builder.if_else(builder.icmp_signed("==", dst, _I64(0))) as (back, rounded):
             with back:

@@ -73,9 +73,8 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
     rows = np.empty((co1 - co0 if planed and not in_walk else 0, rows_block * wp), np.float32)
     out = np.empty(amx.BLOCK_OUT, np.int64)
     out[0], out[4], out[5] = (amx.POSITIONS if lines else 0) if planed else 1, wp, job[16]
-    out[2], out[3] = (job[24] * job[25], job[25]) if planed else (job[17], job[16])
-    if lines:
-        out[2] = lines
+    # a pair plane's words between its channel pairs, a plane of positions' between positions
+    out[2], out[3] = (lines or job[24] * job[25], job[25]) if planed else (job[17], job[16])
     out[6], out[8], out[9] = job[28] if res != 0 else 0, job[29], job[30]
     ld_rows = rows.shape[1]
     at_rows = np.int64(rows.ctypes.data) - 4 * co0 * ld_rows  # as channel 0's (int64, not uintp)

@@ -230,16 +230,24 @@ def pad_positions(to, across, oh, ow, co0, co1, y0, y1):  # type: ignore[no-unty
     image's first row at the positions above it, with its last below."""
     at_plane, pt, pl, hq, wq = to[0], to[1], to[2], to[3], to[4]
     p0, p1 = co0 // 2, (co1 + 1) // 2
-    words = floats_at(at_plane)  # 0.0's bits are 0
-    spans = [(0, pt * wq if y0 == 0 else 0), ((pt + oh) * wq if y1 == oh else hq * wq, hq * wq)]
+    if y0 == 0:
+        _zero_positions(at_plane, 0, pt * wq, across, p0, p1)
+    if y1 == oh:
+        _zero_positions(at_plane, (pt + oh) * wq, hq * wq, across, p0, p1)
     for y in range(y0, y1):
         r = (pt + y) * wq
-        spans.append((r, r + pl))
-        spans.append((r + pl + ow, r + wq))
-    for first, end in spans:
-        for p in range(first, end):
-            for c2 in range(p0, p1):
-                words[p * across + c2] = 0.0
+        _zero_positions(at_plane, r, r + pl, across, p0, p1)
+        _zero_positions(at_plane, r + pl + ow, r + wq, across, p0, p1)
+
+
+@jit(inline="always", **_OPTS)
+def _zero_positions(at_plane, first, end, across, p0, p1):  # type: ignore[no-untyped-def]
+    """Pairs [p0, p1) of positions [first, end) of a plane of positions (``across`` pairs a
+    position, at ``at_plane``) written 0."""
+    words = floats_at(at_plane)  # 0.0's bits are 0
+    for p in range(first, end):
+        for c2 in range(p0, p1):
+            words[p * across + c2] = 0.0
 
 
 @jit(**_OPTS)

@@ -110,6 +110,17 @@ def run_bits(builder: ir.IRBuilder, lo: ir.Value, hi: ir.Value) -> ir.Value:
     return builder.trunc(pairs, words)
 
 
+def pair_halves(builder: ir.IRBuilder, words: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """The float32 values of a vector of pair words (i32 lanes): each word's low half's
+    (channel ``2 c2``) and high half's (``2 c2 + 1``), bf16 widened exactly, lane by lane."""
+    lanes = words.type.count
+    i32 = ir.VectorType(ir.IntType(32), lanes)
+    f32 = ir.VectorType(ir.FloatType(), lanes)
+    low = builder.shl(words, ir.Constant(i32, [16] * lanes))
+    high = builder.and_(words, ir.Constant(i32, [-65536] * lanes))  # 0xFFFF0000
+    return builder.bitcast(low, f32), builder.bitcast(high, f32)
+
+
 def _three_ways(builder: ir.IRBuilder, value: ir.Value, cases: tuple, emit: tuple) -> None:
     """``emit[0]()``'s code where ``value`` (i64) is ``cases[0]``, ``emit[1]()``'s where it is
     ``cases[1]``, else ``emit[2]()``'s: each a loop of its own, specialized."""
@@ -215,7 +226,6 @@ def sum_words(typingctx, lo, hi, out, out_hi, n, pair, shifts, flags, res):  # t
         biases = [v.broadcast(builder.extract_value(shifts, i), v.f32) for i in range(2)]
         kind, r_lo, r_hi = (builder.extract_value(res, i) for i in range(3))
         zero = ir.Constant(v.f32, None)
-        high_half = v.constant(-65536)  # 0xFFFF0000
         steps = builder.sdiv(builder.add(n, i64(LANES - 1)), i64(LANES))
 
         def rows(residual):  # type: ignore[no-untyped-def]
@@ -254,9 +264,7 @@ def sum_words(typingctx, lo, hi, out, out_hi, n, pair, shifts, flags, res):  # t
             return [v.load(builder.add(r, offset), v.f32, mask) for r in (r_lo, r_hi)]
 
         def words(offset, mask):  # type: ignore[no-untyped-def]
-            w = v.load(builder.add(r_lo, offset), v.i32, mask)
-            low = builder.shl(w, v.constant(16))
-            return [builder.bitcast(x, v.f32) for x in (low, builder.and_(w, high_half))]
+            return list(pair_halves(builder, v.load(builder.add(r_lo, offset), v.i32, mask)))
 
         _three_ways(builder, kind, (0, 1), (lambda: rows(lambda offset, mask: None),
                                             lambda: rows(floats), lambda: rows(words)))  # fmt: skip

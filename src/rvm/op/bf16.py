@@ -219,8 +219,8 @@ def _infer_conv(call_: Call, args: list[TensorType]) -> Type:
                       "source_at)")  # fmt: skip
     if lines_out and not plane:
         raise IRError("conv2d_bf16: plane_layout says how a plane out lies, but there is none")
-    if lines_in and x.shape is not None:  # as a pair plane, for the checks below
-        x = TensorType((x.shape[0], x.shape[3], x.shape[1], x.shape[2]), x.dtype)
+    if lines_in:  # as a pair plane, for the checks below
+        x = _as_pair_plane(x)
     if source and pairing == 1:
         raise IRError("conv2d_bf16: reads a pair plane with its channels paired, not columns")
     source_at = attrs.get("source_at", ())
@@ -292,9 +292,8 @@ def _infer_conv(call_: Call, args: list[TensorType]) -> Type:
         if not residual_plane:
             raise IRError("conv2d_bf16: residual_layout says how a residual plane lies, but "
                           "there is none")  # fmt: skip
-        if residual is not None and residual.shape is not None and len(residual.shape) == 4:
-            r = residual.shape
-            residual = TensorType((r[0], r[3], r[1], r[2]), residual.dtype)
+        if residual is not None:
+            residual = _as_pair_plane(residual)
     if residual is not None and residual_plane:
         _check_plane(residual, shape, residual_plane)
     elif residual is not None:
@@ -319,6 +318,15 @@ def _infer_conv(call_: Call, args: list[TensorType]) -> Type:
             return TensorType((x.shape[0], plane[2], plane[3], pairs), "int32")
         return TensorType((x.shape[0], pairs, plane[2], plane[3]), "int32")
     return TensorType(shape, "float32")
+
+
+def _as_pair_plane(t: TensorType) -> TensorType:
+    """The type of a plane of positions ``(n, hq, wq, pairs)`` as the pair plane of the same
+    words, ``(n, pairs, hq, wq)`` (`LAYOUTS`); any other type as it is."""
+    if t.shape is None or len(t.shape) != 4:
+        return t
+    n, hq, wq, pairs = t.shape
+    return TensorType((n, pairs, hq, wq), t.dtype)
 
 
 def _check_plane(

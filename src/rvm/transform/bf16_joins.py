@@ -193,19 +193,16 @@ def _lines(writer: E.Call, readers: list[E.Call]) -> str:
         return "channels"
     attrs = writer.attrs
     _, residual, _ = split_operands(writer.args[2:], attrs.get("prologue", "none"))
-    c = _channels_in(writer)
     # a 1 x 1 takes tiles reading a plane of positions, or widening the channels: then the
     # copy of its pair plane into positions costs less than the lines save (64 -> 256 on 56 x
-    # 56, two threads: 235 -> 109 us; narrowing, 256 -> 64: 79 -> 88)
-    o = writer.args[1].type.shape[0] if getattr(writer.args[1], "type", None) else None
-    widens = (
-        tuple(attrs["kernel"]) == (1, 1) and isinstance(c, int) and isinstance(o, int) and c < o
-    )
+    # 56, two threads: 235 -> 109 us; narrowing, 256 -> 64: 79 -> 88); `_turns` checks both
+    # are whole numbers of 32
+    c, o = _channels_in(writer), _channels_out(writer)
+    widens = tuple(attrs["kernel"]) == (1, 1) and _turns(writer) and c < o  # type: ignore[operator]
     ok = (residual is None or bool(attrs.get("residual_plane"))) and attrs["activation"] in (
         "none", "relu")  # fmt: skip
-    ok = ok and (attrs["pairing"] == "tiles" or widens) and _turns(writer, c)
-    fits = all(_turns(q, _channels_in(q)) for q in readers)
-    return "positions" if ok and fits else "channels"
+    ok = ok and (attrs["pairing"] == "tiles" or widens) and _turns(writer)
+    return "positions" if ok and all(_turns(q) for q in readers) else "channels"
 
 
 def _channels_in(conv: E.Call) -> int | None:
@@ -216,13 +213,19 @@ def _channels_in(conv: E.Call) -> int | None:
     return shape[1] if shape else None
 
 
-def _turns(conv: E.Call, c: int | None) -> bool:
-    """Whether ``conv`` (a ``conv2d_bf16`` of ``c`` input channels) runs as the walk turned
-    around (`rvm.kernels.bf16conv._walks_positions`): one group, stride 1, no panels, input
-    and output channels in 32s, its weight in tiles or a 1 x 1's (laid out so: `_in_tiles`),
-    and at most a ReLU after a residual."""
+def _channels_out(conv: E.Call) -> int | None:
+    """The output channels of ``conv`` (a ``conv2d_bf16``): its weight's rows."""
+    shape = getattr(getattr(conv.args[1], "type", None), "shape", None)
+    return shape[0] if shape else None
+
+
+def _turns(conv: E.Call) -> bool:
+    """Whether ``conv`` (a ``conv2d_bf16``) runs as the walk turned around
+    (`rvm.kernels.bf16conv._walks_positions`): one group, stride 1, no panels, input and
+    output channels in 32s, its weight in tiles or a 1 x 1's (laid out so: `_in_tiles`), and
+    at most a ReLU after a residual."""
     attrs = conv.attrs
-    o = conv.args[1].type.shape[0] if getattr(conv.args[1], "type", None) else None
+    c, o = _channels_in(conv), _channels_out(conv)
     _, residual, _ = split_operands(conv.args[2:], attrs.get("prologue", "none"))
     tiles = attrs["pairing"] == "tiles" or tuple(attrs["kernel"]) == (1, 1)
     return (
