@@ -166,14 +166,16 @@ def test_scratch_in_every_slot_does_not_crowd_out_big_tensors() -> None:
     assert blocks.held() == small_bytes - 4096 - 8192 and n not in _kept_sizes()
     del pair
 
-    def calls() -> None:  # a native function called again and again beside kernels' scratch
+    def calls(thread: int) -> None:  # a native function called again and again beside scratch
         for i in range(50):
             pair = _tensors(n)
-            _scratch(4096 * (i % blocks.SLOTS + 1))
+            # Each thread its own sizes: two threads taking one size at once keep a block each
+            # (a block per thread and size, as kernels need), which the bound below leaves out.
+            _scratch(4096 * ((2 * i + thread) % blocks.SLOTS + 1))
             del pair
 
     try:
-        workers = [threading.Thread(target=calls) for _ in range(2)]
+        workers = [threading.Thread(target=calls, args=(t,)) for t in range(2)]
         for w in workers:
             w.start()
         for w in workers:
