@@ -42,12 +42,12 @@ def _conv2d(x, w, out, bias, res, affine, dims, params):  # type: ignore[no-unty
         p[9],
         nb.carray(res, (d[11], d[12], d[13], d[14])),
         p[10],
-        p[11:15],
-        p[15:18],
+        (p[11], p[12], p[13], p[14]),
+        (p[15], p[16], p[17]),
         (np.int64(nb.carray(affine, (d[15], d[16])).ctypes.data), p[18]),
         p[19],
-        p[20:23],
-        p[23:26],
+        (p[20], p[21], p[22]),
+        (p[23], p[24], p[25]),
         p[26],
     )  # fmt: skip
     return 0
