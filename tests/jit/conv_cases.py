@@ -72,3 +72,15 @@ def bf16_direct_case(n, c, o, h, w, k, p, d):  # type: ignore[no-untyped-def]
     res = rng.standard_normal((n, o, oh, ow)).astype(np.float32)
     res_plane = np.ascontiguousarray(pair_plane(res, 1, 1, oh + 3, ow + 1).view(np.float32))
     return x, weight, bias, (oh, ow), plane, res, res_plane
+
+
+def bf16_conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, panel=0,
+                to=(0, 0, 0, 0), of=(0, 0, 0), before=(0, 0), pairing=0, rof=(0, 0, 0),
+                at=(0, 0, 0), orders=0):  # type: ignore[no-untyped-def]  # fmt: skip
+    """`rvm.kernels.bf16conv.conv2d` with every argument given, as the entry point gives them
+    (`rvm.kernels.bf16entry`): one signature for every test's call, each other one a build
+    of its own (about 4 CPU-s)."""
+    from rvm.kernels import bf16conv
+
+    bf16conv.conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, panel,
+                    to, of, before, pairing, rof, at, orders)  # fmt: skip

@@ -13,10 +13,11 @@ import sys
 import ml_dtypes
 import numpy as np
 import pytest
+from conv_cases import bf16_conv2d
 from jit_helpers import HASWELL, Jit, check, host_has, prim, run_warm, var
 
 from rvm import op
-from rvm.kernels import bf16, bf16conv, bf16dense, bf16gemm, bf16planes, bf16turned
+from rvm.kernels import bf16, bf16dense, bf16gemm, bf16planes, bf16turned
 from rvm.kernels.reference.bf16 import pair_depth, pair_plane, plane_image, unpair
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import numpy_ref
@@ -32,11 +33,10 @@ NO_RES = np.empty((0, 0, 0, 0), np.float32)
 
 
 def _conv2d(x, w, out, g, s, d, pads, k, bias, act, res, panel=0, pairing=0, of=(0, 0, 0)):  # type: ignore[no-untyped-def]  # noqa: E501
-    """`bf16conv.conv2d` with every argument given, so that every call here shares one
-    compile (4 CPU-s a signature; its arrays C-contiguous): stride ``s``, dilation ``d``
-    and kernel ``k`` both ways."""
-    bf16conv.conv2d(x, w, out, g, s, s, d, d, pads[0], pads[1], k[0], k[1], bias, act, res,
-                    panel, (0, 0, 0, 0), of, (0, 0), pairing)  # fmt: skip
+    """`bf16conv.conv2d` through `conv_cases.bf16_conv2d` (one build for every test; its
+    arrays C-contiguous): stride ``s``, dilation ``d`` and kernel ``k`` both ways."""
+    bf16_conv2d(x, w, out, g, s, s, d, d, pads[0], pads[1], k[0], k[1], bias, act, res,
+                panel, (0, 0, 0, 0), of, (0, 0), pairing)  # fmt: skip
 
 
 def _rounded(x: np.ndarray) -> np.ndarray:
@@ -310,10 +310,10 @@ def test_pair_plane_out_in_pieces(panel: int, blas_threads: int) -> None:
     w = turn_pairs(bits.view(np.int16), 1, panel) if panel else bits.view(np.int16)
     bias = rng.standard_normal(o).astype(np.float32)
     y = np.empty((1, o, s, s), np.float32)
-    bf16conv.conv2d(x, w, y, 1, 1, 1, 1, 1, 1, 1, 3, 3, bias, 1, NO_RES, panel)
+    bf16_conv2d(x, w, y, 1, 1, 1, 1, 1, 1, 1, 3, 3, bias, 1, NO_RES, panel)
     wq = bf16planes.pair_width(s, s, 1, 3, 1, 1)
     plane = np.full((1, (o + 1) // 2, s + 3, wq), np.nan, np.float32)
-    bf16conv.conv2d(x, w, plane, 1, 1, 1, 1, 1, 1, 1, 3, 3, bias, 1, NO_RES, panel, (1, 1, s, s))
+    bf16_conv2d(x, w, plane, 1, 1, 1, 1, 1, 1, 1, 3, 3, bias, 1, NO_RES, panel, (1, 1, s, s))
     half = np.zeros((1, o + 1, s, s), np.uint32)
     half[:, :o] = bf16_bits(y)
     want = np.zeros(plane.shape, np.uint32)
@@ -347,8 +347,8 @@ def test_residuals_in_and_out_of_pair_planes(k: int, o: int, act: str, blas_thre
     to, rof = (p, p, s, s), (1, p, p)
 
     def conv(out, res, to=(0, 0, 0, 0), rof=(0, 0, 0)):  # type: ignore[no-untyped-def]
-        bf16conv.conv2d(x, w, out, 1, 1, 1, 1, 1, p, p, k, k, bias, index, res, 0, to,
-                        (0, 0, 0), (0, 0), 0, rof)  # fmt: skip
+        bf16_conv2d(x, w, out, 1, 1, 1, 1, 1, p, p, k, k, bias, index, res, 0, to,
+                    (0, 0, 0), (0, 0), 0, rof)  # fmt: skip
         return out
 
     # and a plane laid out for a 1 x 1 (no padding, one row more), whatever the output's
@@ -436,8 +436,8 @@ def test_a_pair_plane_in_copied_into_the_phases(k: int, stride: int, pad: int) -
     os_ = (s + 2 * pad - k) // stride + 1
     want, got = (np.empty((2, o, os_, os_), np.float32) for _ in range(2))
     args = (1, stride, stride, 1, 1, pad, pad, k, k, bias, 1, NO_RES, 0, (0, 0, 0, 0))
-    bf16conv.conv2d(values, w, want, *args)
-    bf16conv.conv2d(plane, w, got, *args, (c, s, s), (0, 0), 0, (0, 0, 0), (1, 0, 0))
+    bf16_conv2d(values, w, want, *args)
+    bf16_conv2d(plane, w, got, *args, (c, s, s), (0, 0), 0, (0, 0, 0), (1, 0, 0))
     np.testing.assert_array_equal(got, want)
 
 

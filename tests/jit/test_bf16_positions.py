@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conv_cases import bf16_direct_case
+from conv_cases import bf16_conv2d, bf16_direct_case
 
 import rvm
 from rvm import op
 from rvm.errors import IRError
 from rvm.ir import Builder, Var, const, tensor
 from rvm.ir.infer import infer_type
-from rvm.kernels import bf16conv, convmethod
+from rvm.kernels import convmethod
 from rvm.kernels.amx import AMX
 from rvm.kernels.reference.bf16 import PAIRINGS, as_positions, conv_pairs
 from rvm.kernels.reference.packed import ACTIVATIONS
@@ -58,8 +58,8 @@ def test_positions_bit_for_bit_the_pair_planes(case: tuple, act: str, blas_threa
         if orders & 2:
             out_shape = (n, shape[2], shape[3], shape[1])
         out = np.full(out_shape, np.nan, np.float32)
-        bf16conv.conv2d(src, bits, out, 1, 1, 1, d, d, p, p, k, k, bias, index, r, 0, to,
-                        (c, h, w_), (0, 0), TILES, rof, (0, 0, 0), orders)  # fmt: skip
+        bf16_conv2d(src, bits, out, 1, 1, 1, d, d, p, p, k, k, bias, index, r, 0, to,
+                    (c, h, w_), (0, 0), TILES, rof, (0, 0, 0), orders)  # fmt: skip
         return out
 
     for r, rof in ((none, (0, 0, 0)), (res, (0, 0, 0)), (res_plane, (1, 1, 1))):

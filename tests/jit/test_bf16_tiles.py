@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conv_cases import bf16_direct_case
+from conv_cases import bf16_conv2d, bf16_direct_case
 
 import rvm
 from rvm import op
 from rvm.errors import IRError
 from rvm.ir import Var, tensor
-from rvm.kernels import amxconv, bf16conv
+from rvm.kernels import amxconv
 from rvm.kernels.reference.bf16 import (
     PAIRINGS,
     conv2d_bf16,
@@ -91,8 +91,8 @@ def test_tiles_bit_for_bit_the_taps(case: tuple, act: str, blas_threads: int) ->
         of = (c, h, w_) if src is plane_in else (0, 0, 0)
         shape = (n, o // 2, oh + 3, ow + 1) if to[2] else (n, o, oh, ow)
         out = np.full(shape, np.nan, np.float32)
-        bf16conv.conv2d(src, bits, out, 1, 1, 1, d, d, p, p, k, k, bias, index, r, 0, to, of,
-                        (0, 0), pairing, rof)  # fmt: skip
+        bf16_conv2d(src, bits, out, 1, 1, 1, d, d, p, p, k, k, bias, index, r, 0, to, of,
+                    (0, 0), pairing, rof)  # fmt: skip
         return out
 
     for src in (x, plane_in):
@@ -120,6 +120,6 @@ def test_tiles_need_whole_bands() -> None:
     w = np.zeros((48, 32 * 9), np.int16)
     out = np.zeros((1, 48, 8, 8), np.float32)
     with pytest.raises(ValueError, match="tiles needs one group"):
-        bf16conv.conv2d(x, w, out, 1, 1, 1, 1, 1, 1, 1, 3, 3, np.zeros(0, np.float32), 0,
-                        np.zeros((0, 0, 0, 0), np.float32), 0, NONE4, (0, 0, 0), (0, 0),
-                        TILES)  # fmt: skip
+        bf16_conv2d(x, w, out, 1, 1, 1, 1, 1, 1, 1, 3, 3, np.zeros(0, np.float32), 0,
+                    np.zeros((0, 0, 0, 0), np.float32), 0, NONE4, (0, 0, 0), (0, 0),
+                    TILES)  # fmt: skip
