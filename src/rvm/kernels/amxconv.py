@@ -54,6 +54,7 @@ from rvm.kernels.epilogue import tile_rows
 from rvm.kernels.gemmshape import BLOCK_BYTES
 from rvm.kernels.jitting import alive, jit
 from rvm.kernels.microkernel import ints_at, prefetch_l2
+from rvm.kernels.planes import copy
 
 __all__ = ["rows_of", "walk"]
 
@@ -399,8 +400,7 @@ def _copy_bytes(src, dst, kept, size):  # type: ignore[no-untyped-def]
     """``kept`` bytes from ``src`` to ``dst``, then 0 up to ``size`` bytes (int64 addresses,
     whole words)."""
     a, b = ints_at(src), ints_at(dst)
-    for i in range(kept // 8):
-        b[i] = a[i]
+    copy(b, a, kept // 8)
     for i in range(kept // 8, size // 8):
         b[i] = 0
 

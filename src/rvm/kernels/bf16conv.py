@@ -55,6 +55,7 @@ from rvm.kernels.bf16planes import (
     pair_plane,
     phase_slots,
     plane_count,
+    plane_dims,
     rows_to_pairs,
     tap_table,
     turned_words,
@@ -159,7 +160,7 @@ def _check(x, w, out, groups, kh, kw, bias, act, res, c, co_out, pairing, res_sh
         raise ValueError("bf16 conv2d: a weight in tiles needs one group, channels in 32s")
     if w.shape[1] != _pair_depth(cg, kh, kw, pairing):
         raise ValueError("bf16 conv2d: the weight's depth is not channel pairs x kernel")
-    if out.shape[0] != n or out.shape[3 if lines else 1] != co_out:
+    if out.shape[0] != n or plane_dims(out.shape[1:], lines)[0] != co_out:
         raise ValueError("bf16 conv2d: the output's batch or channels disagree")
     if bias.size != 0 and bias.size != co:
         raise ValueError("bf16 conv2d: the bias needs one value per output channel, or none")
@@ -235,9 +236,7 @@ def conv2d(
     _planes(xc, w, oc, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, rc, panel, to, of,
             before, pairing, rof, at, 0 if apart else orders)  # fmt: skip
     if apart and orders & 2:
-        for b in range(out.shape[0]):
-            turned_words(oc[b].ctypes.data, oc.shape[1], oc.shape[2] * oc.shape[3],
-                         out[b].ctypes.data)  # fmt: skip
+        _turned_images(oc, oc.shape[1], oc.shape[2] * oc.shape[3], out)
 
 
 @jit(inline="always", **_OPTS)
@@ -254,22 +253,32 @@ def _turned_in(x, out, res, orders):  # type: ignore[no-untyped-def]
     """``(x, out, res)`` as pair planes where ``orders`` (`conv2d`'s) says they are planes of
     positions: ``x`` and ``res`` turned into new arrays, a new array for ``out`` (turned into
     it after); the others as they are."""
-    n = x.shape[0]
     xc, oc, rc = x, out, res
     if orders & 1:
-        xc = np.empty((n, x.shape[3], x.shape[1], x.shape[2]), np.float32)
-        src = np.ascontiguousarray(x)
-        for b in range(n):
-            turned_words(src[b].ctypes.data, x.shape[1] * x.shape[2], x.shape[3], xc[b].ctypes.data)
+        xc = _as_pair_plane(x)
     if orders & 2:
-        oc = np.empty((n, out.shape[3], out.shape[1], out.shape[2]), np.float32)
+        oc = np.empty((out.shape[0], out.shape[3], out.shape[1], out.shape[2]), np.float32)
     if orders & 4:
-        rc = np.empty((n, res.shape[3], res.shape[1], res.shape[2]), np.float32)
-        src = np.ascontiguousarray(res)
-        for b in range(n):
-            turned_words(src[b].ctypes.data, res.shape[1] * res.shape[2], res.shape[3],
-                         rc[b].ctypes.data)  # fmt: skip
+        rc = _as_pair_plane(res)
     return xc, oc, rc
+
+
+@jit(inline="always", **_OPTS)
+def _as_pair_plane(plane):  # type: ignore[no-untyped-def]
+    """A new pair plane of the words of ``plane``, a plane of positions."""
+    n, hq, wq, pairs = plane.shape
+    out = np.empty((n, pairs, hq, wq), np.float32)
+    _turned_images(plane, hq * wq, pairs, out)
+    return out
+
+
+@jit(**_OPTS)
+def _turned_images(src, rows, cols, dst):  # type: ignore[no-untyped-def]
+    """Each image's ``rows`` x ``cols`` words of ``src`` turned into ``dst``'s
+    (`turned_words`)."""
+    s = np.ascontiguousarray(src)
+    for b in range(src.shape[0]):
+        turned_words(s[b].ctypes.data, rows, cols, dst[b].ctypes.data)
 
 
 @jit(inline="always", **_OPTS)
@@ -307,7 +316,7 @@ def _planes(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
 
 @jit(**_OPTS)
 def _check_residual_plane(res, n, co, oh, ow, rof, lines):  # type: ignore[no-untyped-def]
-    pairs, hq, wq = (res.shape[3], res.shape[1], res.shape[2]) if lines else res.shape[1:]
+    pairs, hq, wq = plane_dims(res.shape[1:], lines)
     if res.ndim != 4 or res.shape[0] != n or pairs != (co + 1) // 2:
         raise ValueError("bf16 conv2d: the residual's pair plane has not the output's pairs")
     if rof[1] < 0 or rof[2] < 0 or hq < rof[1] + oh or wq < rof[2] + ow:
@@ -350,7 +359,7 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
         raise ValueError("bf16 conv2d: a pair plane out or residual here needs AMX's walk")
     if planed_in and (sh != 1 or sw != 1):
         raise ValueError("bf16 conv2d: a pair plane in needs stride 1")
-    height, width = (out.shape[1], out.shape[2]) if lines else (out.shape[2], out.shape[3])
+    _, height, width = plane_dims(out.shape[1:], lines)
     if planed_out and (height < to[0] + oh + 1 or width < to[1] + ow):
         raise ValueError("bf16 conv2d: the pair plane out is too small for the output")
     if orders != 0 and not _walks_positions(pairing, panel, groups, act, kind, orders):
@@ -369,7 +378,7 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
     turned = turned and walks_out(act, res.size != 0, planed_out or kind >= 2 or wq > ow or across)
     if pairing == 3 and not turned:
         wc = amxconv.rows_of(wc, kh * kw)
-    dims = (x.shape[3], x.shape[1], x.shape[2]) if across else (x.shape[1], x.shape[2], x.shape[3])
+    dims = plane_dims(x.shape[1:], across)
     if planed_in and (dims[0] != cg2 or dims[1] != hq or dims[2] != wq):
         raise ValueError("bf16 conv2d: the input's pair plane is not this convolution's")
     # with a pair plane out, the float32 rows are scratch: a block's (direct: `_direct`) or
@@ -397,9 +406,9 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
     epilogue[8] = kind if rc.size else 0
     if kind >= 2:  # the residual plane's padding top and left, height and width (its pairs)
         epilogue[9], epilogue[10] = rof[1], rof[2]
-        epilogue[11], epilogue[12] = rc.shape[2], rc.shape[3]
-        if kind == amx.POSITIONS:
-            epilogue[11], epilogue[12], epilogue[16] = rc.shape[1], rc.shape[2], rc.shape[3]
+        lines_res = kind == amx.POSITIONS
+        pairs, epilogue[11], epilogue[12] = plane_dims(rc.shape[1:], lines_res)
+        epilogue[16] = pairs if lines_res else 0
     image_words = out.shape[1] * out.shape[2] * out.shape[3]
     res_words = rc.shape[1] * rc.shape[2] * rc.shape[3]
     for b in range(n):

@@ -19,7 +19,7 @@ from rvm.kernels.bf16gemm import (
     piece_grid,
     walk,
 )
-from rvm.kernels.bf16planes import pad_pairs, pad_positions, read_rows, rows_to_pairs
+from rvm.kernels.bf16planes import pad_pairs, pad_positions, plane_dims, read_rows, rows_to_pairs
 from rvm.kernels.epilogue import tile_rows
 from rvm.kernels.gemmshape import LINE
 from rvm.kernels.jitting import alive, jit
@@ -219,10 +219,9 @@ def direct_group(w, oc, b, g, groups, plane, table, wide, epilogue):  # type: ig
     Split on the pool when large and the pool is free (not from within a pool task:
     `_group_task`)."""
     co, kp = w.shape[0], w.shape[1]
-    across = epilogue[14] if epilogue.size > 14 else 0  # a plane of positions: (hq, wq, pairs)
-    oh, ow, hq, wq = oc.shape[2], oc.shape[3], plane.shape[1], plane.shape[2]
-    if across > 0:
-        hq, wq = plane.shape[0], plane.shape[1]
+    across = epilogue[14] if epilogue.size > 14 else 0  # a plane of positions' pairs
+    oh, ow = oc.shape[2], oc.shape[3]
+    _, hq, wq = plane_dims(plane.shape, across > 0)
     og, k2 = co // groups, kp // 2
     rows_block = max(1, BLOCK_BYTES // (4 * plane.size // (hq * wq) * wq) - hq + oh)
     job = np.empty(_DIRECT_JOB, dtype=np.int64)

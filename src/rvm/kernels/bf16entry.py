@@ -31,7 +31,8 @@ def _conv2d(x, w, out, bias, res, affine, dims, params):  # type: ignore[no-unty
     prologue's index (`rvm.op.bf16.PROLOGUES`); the pairing's (`rvm.op.bf16.PAIRINGS`); 1 and
     the padding top and left when res is a pair plane (0, 0, 0: float32); 1 and the padding
     top and left when x is a pair plane laid out for another convolution (0, 0, 0: not); the
-    planes laid out as positions by channel pairs (bit 0 x's, bit 1 out's; 0: none)."""
+    planes laid out as positions by channel pairs (bit 0 x's, bit 1 out's, bit 2 res's; 0:
+    none)."""
     d, p = nb.carray(dims, 17), nb.carray(params, 27)
     bf16conv.conv2d(
         nb.carray(x, (d[0], d[1], d[2], d[3])),

@@ -34,6 +34,7 @@ __all__ = [
     "pair_plane",
     "phase_slots",
     "plane_count",
+    "plane_dims",
     "read_rows",
     "rows_to_pairs",
     "tap_table",
@@ -248,6 +249,16 @@ def _zero_positions(at_plane, first, end, across, p0, p1):  # type: ignore[no-un
     for p in range(first, end):
         for c2 in range(p0, p1):
             words[p * across + c2] = 0.0
+
+
+@jit(inline="always", **_OPTS)
+def plane_dims(dims, positions):  # type: ignore[no-untyped-def]
+    """A plane's ``(pairs, hq, wq)`` from its dims past the batch: as `pair_plane` lays it,
+    ``(pairs, hq, wq)``, or laid out as positions by channel pairs, ``(hq, wq, pairs)``
+    (``positions``; `rvm.kernels.reference.bf16.LAYOUTS`)."""
+    if positions:
+        return dims[2], dims[0], dims[1]
+    return dims[0], dims[1], dims[2]
 
 
 @jit(**_OPTS)

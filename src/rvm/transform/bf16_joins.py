@@ -197,11 +197,13 @@ def _lines(writer: E.Call, readers: list[E.Call]) -> str:
     # copy of its pair plane into positions costs less than the lines save (64 -> 256 on 56 x
     # 56, two threads: 235 -> 109 us; narrowing, 256 -> 64: 79 -> 88); `_turns` checks both
     # are whole numbers of 32
+    if not _turns(writer):
+        return "channels"
     c, o = _channels_in(writer), _channels_out(writer)
-    widens = tuple(attrs["kernel"]) == (1, 1) and _turns(writer) and c < o  # type: ignore[operator]
+    widens = tuple(attrs["kernel"]) == (1, 1) and c < o  # type: ignore[operator]
     ok = (residual is None or bool(attrs.get("residual_plane"))) and attrs["activation"] in (
         "none", "relu")  # fmt: skip
-    ok = ok and (attrs["pairing"] == "tiles" or widens) and _turns(writer)
+    ok = ok and (attrs["pairing"] == "tiles" or widens)
     return "positions" if ok and all(_turns(q) for q in readers) else "channels"
 
 
