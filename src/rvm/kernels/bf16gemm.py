@@ -40,7 +40,9 @@ from rvm.kernels import amx
 from rvm.kernels.bf16words import DPBF16, LANES, BFloat, pair_bits, run_bits
 from rvm.kernels.cpu import target_features as _target_features
 from rvm.kernels.epilogue import tile_rows
+from rvm.kernels.gemmshape import LINE
 from rvm.kernels.jitting import jit
+from rvm.kernels.microkernel import prefetch_l2
 from rvm.kernels.parfor import PIECES_PER_THREAD
 
 __all__ = [
@@ -418,11 +420,27 @@ def walk(
         for i0 in range(m0, m1, MR):
             rows = min(MR, m1 - i0)
             a_band, c_band = a + 4 * (i0 * lda + p0), c + 4 * i0 * ldc
+            if i0 + MR < m1:
+                _read_ahead(a_band + 4 * MR * lda, lda, min(MR, m1 - i0 - MR), kc2)
             band(kc2, a_band, lda, b_block, b_col, ldb_block, indexed, c_band, ldc, add, rows, n)
             if p0 == last and (bias != 0 or act != 0 or res != 0):
                 at_bias = bias + 4 * i0 if bias != 0 else 0
                 at_res = res + 4 * i0 * ldc if res != 0 else 0
                 tile_rows(c_band, ldc, rows, n, at_bias, act, at_res)
+
+
+@jit(inline="always", **_OPTS)
+def _read_ahead(a, lda, rows, kc2):  # type: ignore[no-untyped-def]
+    """Hints ``rows`` rows of ``kc2`` pairs of A at ``a`` (``lda`` words apart) into L2: the
+    next band's weight rows, asked for while `band` runs this one. A weight comes from
+    memory at each call (a model's weights outgrow L3), and the first tile of a band waited
+    on its rows' lines, `MR` streams the hardware's prefetchers started late on (Zen 4, two
+    threads, bf16 models in turns in one process with the hint and without: resnet50
+    0.966-0.973 of the time, inception_v2 0.961-0.965, inception_v1 0.968; squeezenet, whose
+    weights stay in L3, 1.00; the next depth block's first band read ahead too: no better)."""
+    for r in range(rows):
+        for q in range(0, 4 * kc2, 4 * LINE):
+            prefetch_l2(a + 4 * r * lda + q)
 
 
 @jit(**_OPTS)
