@@ -112,8 +112,8 @@ _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 def _make_micro(kinds: list[tuple[int, int, int]]):  # type: ignore[no-untyped-def]
     """The micro-kernel intrinsic with a loop for each of ``kinds`` (vector count, indexed,
-    rows): `micro` has the plain and B-indexed ones, `micro_turned` the A-indexed ones, so
-    that each caller compiles only the loops it runs."""
+    rows): `micro` has the plain and B-indexed ones (`MR` rows), `micro_turned` the
+    A-indexed ones (``MR - 1``), so that each caller compiles only the loops it runs."""
 
     @intrinsic
     def kernel(
@@ -146,7 +146,7 @@ def _micro_codegen(kinds):  # type: ignore[no-untyped-def]
     (a convolution turned around: output positions as A's rows, output channels along the
     lanes): A's row ``i``, pair ``s`` is the word ``offs[i] + table[s]`` after ``a``, ``lda``
     the table's address and ``offs`` that of the rows' int64 word offsets (``offs`` unused
-    otherwise), and a tile of ``MR - 1`` rows has its own loop; there B's vector ``j`` starts
+    otherwise), in tiles of ``MR - 1`` rows at most; there B's vector ``j`` starts
     ``j * bstep`` words after its pair row's first word (a turned weight's panels of `LANES`
     channels: ``bstep`` a panel's words, so that a tile's channels may span panels), where
     the other loops read B's vectors adjacent (``bstep`` `LANES`, as `band` passes). One loop
@@ -285,7 +285,7 @@ def _micro_codegen(kinds):  # type: ignore[no-untyped-def]
         done = builder.append_basic_block("tiled")
         flag = builder.select(builder.icmp_signed(">", indexed, i64(2)), i64(2), indexed)
         short = builder.and_(
-            builder.icmp_signed("==", flag, i64(2)), builder.icmp_signed("==", rows, i64(MR - 1))
+            builder.icmp_signed("==", flag, i64(2)), builder.icmp_signed("<=", rows, i64(MR - 1))
         )
         key = builder.add(builder.mul(flag, i64(2)), builder.zext(short, i64))
         case = builder.add(builder.mul(vectors, i64(8)), key)
@@ -303,10 +303,9 @@ def _micro_codegen(kinds):  # type: ignore[no-untyped-def]
 
 
 # per vector count: plain and B-indexed loops (GEMMs, the direct convolution); A-indexed ones
-# of MR rows and of MR - 1 (a turned convolution's positions in tiles of both, no row computed
-# twice: `rvm.kernels.bf16conv`)
+# of MR - 1 rows (a turned convolution's tiles of positions: `rvm.kernels.bf16turned.ROWS`)
 micro = _make_micro([(v, x, MR) for v in range(1, VECTORS + 1) for x in (0, 1)])
-micro_turned = _make_micro([(v, 2, h) for v in range(1, VECTORS + 1) for h in (MR, MR - 1)])
+micro_turned = _make_micro([(v, 2, MR - 1) for v in range(1, VECTORS + 1)])
 
 
 def _no_unroll(module: ir.Module) -> ir.MDValue:
