@@ -54,6 +54,7 @@ __all__ = [
     "NR",
     "PIECES_PER_THREAD",
     "SPLIT_MIN",
+    "TURNED_ROWS",
     "band",
     "gemm_bf16",
     "micro",
@@ -112,8 +113,8 @@ _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 def _make_micro(kinds: list[tuple[int, int, int]]):  # type: ignore[no-untyped-def]
     """The micro-kernel intrinsic with a loop for each of ``kinds`` (vector count, indexed,
-    rows): `micro` has the plain and B-indexed ones (`MR` rows), `micro_turned` the
-    A-indexed ones (``MR - 1``), so that each caller compiles only the loops it runs."""
+    rows): `micro` has the plain and B-indexed ones, `micro_turned` the A-indexed ones, so
+    that each caller compiles only the loops it runs."""
 
     @intrinsic
     def kernel(
@@ -146,7 +147,8 @@ def _micro_codegen(kinds):  # type: ignore[no-untyped-def]
     (a convolution turned around: output positions as A's rows, output channels along the
     lanes): A's row ``i``, pair ``s`` is the word ``offs[i] + table[s]`` after ``a``, ``lda``
     the table's address and ``offs`` that of the rows' int64 word offsets (``offs`` unused
-    otherwise), in tiles of ``MR - 1`` rows at most; there B's vector ``j`` starts
+    otherwise), in tiles of `TURNED_ROWS` rows at most, and a tile of ``MR - 1`` rows has its
+    own loop; there B's vector ``j`` starts
     ``j * bstep`` words after its pair row's first word (a turned weight's panels of `LANES`
     channels: ``bstep`` a panel's words, so that a tile's channels may span panels), where
     the other loops read B's vectors adjacent (``bstep`` `LANES`, as `band` passes). One loop
@@ -302,10 +304,21 @@ def _micro_codegen(kinds):  # type: ignore[no-untyped-def]
     return sig, codegen
 
 
+TURNED_ROWS = MR - 1 if VECTORS == 3 else MR
+"""The most rows (output positions) of an A-indexed tile (`micro_turned`; a turned
+convolution's, `rvm.kernels.bf16turned`). Not `MR` on AVX-512: with 8 rows of 3 vectors LLVM
+kept 35 vectors live in the loop (24 sums, 3 of B, the rows' 8 broadcasts) and spilled sums to
+the stack, and the loop's speed then hung on where the thread's stack lay: 256 -> 256 3 x 3
+on 14 x 14 took 1.09 or 1.41 ms on one Zen 4 core by process, 1.41-1.55 in every thread
+Python started; in tiles of 7 rows (21 sums), 1.08-1.10 in each (widened, without AVX512-BF16:
+2.10 against 3.06). AVX2's 4 rows of 2 vectors stay: tiles of 3 took 1.11x their time."""
 # per vector count: plain and B-indexed loops (GEMMs, the direct convolution); A-indexed ones
-# of MR - 1 rows (a turned convolution's tiles of positions: `rvm.kernels.bf16turned.ROWS`)
+# of TURNED_ROWS rows and, where that is MR, of MR - 1 too (a turned convolution's positions in
+# tiles of both, no row computed twice: `rvm.kernels.bf16turned`)
 micro = _make_micro([(v, x, MR) for v in range(1, VECTORS + 1) for x in (0, 1)])
-micro_turned = _make_micro([(v, 2, MR - 1) for v in range(1, VECTORS + 1)])
+micro_turned = _make_micro(
+    [(v, 2, h) for v in range(1, VECTORS + 1) for h in sorted({TURNED_ROWS, MR - 1})]
+)
 
 
 def _no_unroll(module: ir.Module) -> ir.MDValue:

@@ -34,6 +34,7 @@ from rvm.kernels.bf16gemm import (
     MR,
     NR,
     PIECES_PER_THREAD,
+    TURNED_ROWS,
     micro_turned,
     piece_grid,
 )
@@ -42,7 +43,7 @@ from rvm.kernels.epilogue import tile_rows
 from rvm.kernels.jitting import alive, jit
 from rvm.kernels.microkernel import floats_at
 
-__all__ = ["ROWS", "TURN_GAIN", "position_tiles", "turned_group", "turned_panel"]
+__all__ = ["TURN_GAIN", "position_tiles", "turned_group", "turned_panel"]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
@@ -55,26 +56,24 @@ turned kernel took 0.76-0.98x the direct one's time where it used 1.14-1.31x the
 where it used 1.0-1.06x: 1 x 1 kernels at 13 x 13 to 28 x 28)."""
 
 
-ROWS = MR - 1
-"""The output positions of a turned tile (the micro-kernel's rows, `bf16gemm.micro_turned`).
-Not `MR`: with 8 rows LLVM kept 35 vectors live in the loop (24 sums, 3 of B, the rows' 8
-broadcasts) and spilled 4 sums to the stack, and the loop's speed then hung on where the
-thread's stack lay: 256 -> 256 3 x 3 on 14 x 14 (21 tiles of 8, 4 of 7) took 1.09 or 1.41 ms
-on one Zen 4 core, by process, and 1.41-1.55 in every thread started by Python; in tiles of 7
-(28 tiles, 21 sums, nothing spilled), 1.08-1.10 ms in every process and thread. The bf16
-models in turns in one process, the old tiles against these: 0.99-1.01."""
-
-
 @jit(**_OPTS)
 def position_tiles(npos, mr):  # type: ignore[no-untyped-def]
     """(tiles, full): a turned convolution's ``npos`` output positions in ``tiles`` tiles, the
-    first ``full`` of ``mr`` rows and the rest of ``mr - 1`` (a micro-kernel with both), so
+    first ``full`` of ``mr`` rows and the rest of ``mr - 1`` (the micro-kernel has both), so
     no row is computed twice (49: 7 tiles of 7; 196: 21 of 8, 4 of 7); below ``(mr - 1) *
-    (mr - 2)`` positions, tiles of ``mr``, the last one fewer (its last row repeated). The
-    int8 kernel's (`rvm.kernels.qturned`); bf16's are of `ROWS`."""
+    (mr - 2)`` positions, tiles of ``mr``, the last one fewer (its last row repeated)."""
     tiles = -(-npos // mr)
     full = npos - (mr - 1) * tiles
     return tiles, (full if full >= 0 else tiles)
+
+
+@jit(inline="always", **_OPTS)
+def _tiles(npos):  # type: ignore[no-untyped-def]
+    """(tiles, full): `position_tiles` in tiles of `TURNED_ROWS` (on AVX-512 ``MR - 1``, each
+    of that many rows but the last: ``full`` 0)."""
+    if TURNED_ROWS == MR:
+        return position_tiles(npos, MR)
+    return -(-npos // TURNED_ROWS), 0
 
 
 def turned_panel(og: int, oh: int, ow: int, wq: int, groups: int) -> int:
@@ -84,14 +83,15 @@ def turned_panel(og: int, oh: int, ow: int, wq: int, groups: int) -> int:
     rows ``wq`` words wide runs turned around with, or 0 for the direct method: turned when
     its tiles use `TURN_GAIN` times the direct tiles' share of lanes and rows. Direct: ``og``
     in bands of `MR` rows, the rows' ``oh * wq`` positions (the last ``wq - ow`` of each row
-    dropped) along `LANES` lanes; turned: ``oh * ow`` positions in tiles (`ROWS`),
+    dropped) along `LANES` lanes; turned: ``oh * ow`` positions in tiles (`_tiles`),
     ``og`` along the lanes in tiles of `NR`, a last tile of one vector after full ones
     counted as half a full one (64 channels: 48 + 16 took 1.03-1.04x the direct kernel's
     time, 3 x 3 at 13 x 13 and 14 x 14). Groups stay direct (they run side by side there)."""
     npos = oh * ow
     if groups != 1 or npos == 0 or og == 0 or amx.AMX:  # AMX: the direct method's tiles
         return 0
-    computed = -(-npos // ROWS) * ROWS  # the micro-kernel's rows, the last tile's all
+    tiles, full = _tiles(npos)
+    computed = full * MR + (tiles - full) * (MR - 1)  # the micro-kernel's rows, 7 or 8 a tile
     rest = og % NR  # a last tile of one vector after full ones costs half a full one (`band`)
     lanes = -(-rest // LANES) * LANES
     if og > NR and 0 < rest <= LANES:
@@ -176,6 +176,7 @@ def _turned(job, c0, c1):  # type: ignore[no-untyped-def]
     ct = room.ctypes.data
     scratch = floats_at(ct)
     dst = floats_at(out)
+    tiles, full = _tiles(npos)
     span = panel == LANES and og % LANES == 0  # panels of LANES channels, all full
     j0 = c0
     while j0 < c1:
@@ -193,10 +194,12 @@ def _turned(job, c0, c1):  # type: ignore[no-untyped-def]
         for p0 in range(0, k2, KC2):
             kc2 = min(KC2, k2 - p0)
             b = wt + 4 * (t * panel * k2 + p0 * ldb + jj)
-            for i0 in range(0, npos, ROWS):
-                rows = min(ROWS, npos - i0)
+            i0 = 0
+            for q in range(tiles):
+                rows = min(MR if q < full else MR - 1, npos - i0)
                 micro_turned(kc2, plane, table + 8 * p0, b, ldb, 2, ct + 4 * i0 * NR, NR,
                              1 if p0 else 0, rows, vectors, last, offs + 8 * i0, bstep)  # fmt: skip
+                i0 += rows
         for o in range(cols):
             d = (j0 + o) * ohw
             for i in range(npos):
