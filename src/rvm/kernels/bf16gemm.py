@@ -417,7 +417,8 @@ def walk(
     none) or a residual's (R laid out as C, at ``res``; 0: none), ``act(C + bias + R)`` on
     each band's rows once its last depth block is summed, while they are in cache
     (`rvm.kernels.epilogue.tile_rows`). The GEMM on pair panels (`gemm_bf16`) and the direct
-    convolution (`rvm.kernels.bf16conv`) both walk C so. With AMX tiles
+    convolution (`rvm.kernels.bf16conv`) both walk C so, each band's next `MR` rows of A
+    hinted into L2 as it runs (`_read_ahead`: a weight comes from memory). With AMX tiles
     (`rvm.kernels.amx.AMX`) the walk is `rvm.kernels.amx.walk`'s (B's pair rows ``ldb``
     words apart when not indexed: ``b_pair`` is ``4 * ldb`` in every caller)."""
     if amx.AMX:
