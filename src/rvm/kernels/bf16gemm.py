@@ -308,10 +308,11 @@ TURNED_ROWS = MR - 1 if VECTORS == 3 else MR
 """The most rows (output positions) of an A-indexed tile (`micro_turned`; a turned
 convolution's, `rvm.kernels.bf16turned`). Not `MR` on AVX-512: with 8 rows of 3 vectors LLVM
 kept 35 vectors live in the loop (24 sums, 3 of B, the rows' 8 broadcasts) and spilled sums to
-the stack, and the loop's speed then hung on where the thread's stack lay: 256 -> 256 3 x 3
-on 14 x 14 took 1.09 or 1.41 ms on one Zen 4 core by process, 1.41-1.55 in every thread
-Python started; in tiles of 7 rows (21 sums), 1.08-1.10 in each (widened, without AVX512-BF16:
-2.10 against 3.06). AVX2's 4 rows of 2 vectors stay: tiles of 3 took 1.11x their time."""
+the stack, and the loop's speed then hung on the thread and process it ran in (likely on
+where that stack lay): 256 -> 256 3 x 3 on 14 x 14 took 1.09 or 1.41 ms on one Zen 4 core by
+process, 1.41-1.55 in every thread Python started; in tiles of 7 rows (21 sums), 1.08-1.10 in
+each (widened, without AVX512-BF16: 2.10 against 3.06). AVX2's 4 rows of 2 vectors stay:
+tiles of 3 took 1.11x their time."""
 # per vector count: plain and B-indexed loops (GEMMs, the direct convolution); A-indexed ones
 # of TURNED_ROWS rows and, where that is MR, of MR - 1 too (a turned convolution's positions in
 # tiles of both, no row computed twice: `rvm.kernels.bf16turned`)
