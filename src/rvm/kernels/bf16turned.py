@@ -69,11 +69,12 @@ def position_tiles(npos, mr):  # type: ignore[no-untyped-def]
 
 @jit(inline="always", **_OPTS)
 def _tiles(npos):  # type: ignore[no-untyped-def]
-    """(tiles, full): `position_tiles` in tiles of `TURNED_ROWS` (on AVX-512 ``MR - 1``, each
-    of that many rows but the last: ``full`` 0)."""
+    """(tiles, full) of a turned convolution's ``npos`` positions, the first ``full`` tiles of
+    `MR` rows and the rest of ``MR - 1`` (`position_tiles`), or where the tiles hold at most
+    ``MR - 1`` (`TURNED_ROWS`, AVX-512) all of ``MR - 1`` but the last: ``full`` 0."""
     if TURNED_ROWS == MR:
         return position_tiles(npos, MR)
-    return -(-npos // TURNED_ROWS), 0
+    return -(-npos // (MR - 1)), 0
 
 
 def turned_panel(og: int, oh: int, ow: int, wq: int, groups: int) -> int:
