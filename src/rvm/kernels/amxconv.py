@@ -387,7 +387,7 @@ def _walk(w, m0, m1, plane, table, taps, k2, size, n, bias, act, to, across, lim
                   at_e + 4 * (TILE * ho * BLOCK_COLS + TILE * hp), 4 * BLOCK_COLS)  # fmt: skip
         if act > 1:  # a GELU first; a bias and ReLU as the sums are rounded
             tile_rows(at_e, BLOCK_COLS, rows, cols, bias + 4 * i0 if bias else 0, act, 0)
-        block_out(at_e, rows, cols, i0, j0, plain.ctypes.data,
+        block_out(at_e, BLOCK_COLS, rows, cols, i0, j0, plain.ctypes.data,
                   0 if act > 1 or added else bias, act == 1)  # fmt: skip
     release()
     alive(scratch)
