@@ -230,35 +230,42 @@ def sum_words(typingctx, lo, hi, out, out_hi, n, pair, shifts, flags, res):  # t
 
         def rows(residual):  # type: ignore[no-untyped-def]
             """The loop over the vectors, ``residual(at, mask)`` the two channels' residual
-            lanes from lane ``at`` on (None: none)."""
+            lanes from lane ``at`` on (None: none): whole vectors loaded and stored plainly,
+            the last, partial one under its lane mask."""
             with cgutils.for_range(builder, steps) as loop:
                 at = builder.mul(loop.index, i64(LANES))
-                mask = v.first(builder.sub(n, at))
                 offset = builder.mul(at, i64(4))
-                sums = [v.load(builder.add(src, offset), v.f32, mask) for src in (lo, hi)]
-                sums = [
-                    builder.select(with_bias, builder.fadd(s, b), s) for s, b in zip(sums, biases)
-                ]
-                more = residual(offset, mask)
-                if more is not None:
-                    sums = [builder.fadd(s, r) for s, r in zip(sums, more)]
-                sums = [
-                    builder.select(
-                        with_relu,
-                        builder.select(builder.fcmp_ordered("<", s, zero), zero, s),
-                        s,
-                    )
-                    for s in sums
-                ]  # fmt: skip
-                with builder.if_else(floats_out) as (as_floats, as_words):
-                    with as_floats:
-                        v.store(sums[0], builder.add(out, offset), mask)
-                        v.store(sums[1], builder.add(out_hi, offset), builder.and_(
-                            mask, v.broadcast(with_hi, v.masks)))  # fmt: skip
-                    with as_words:
-                        high = builder.select(with_hi, sums[1], zero)
-                        words = pair_bits(builder, sums[0], high)
-                        v.store(words, builder.add(out, offset), mask)
+                left = builder.sub(n, at)
+                whole = builder.icmp_signed(">=", left, i64(LANES))
+                with builder.if_else(whole) as (plain, tail):
+                    with plain:
+                        vector(residual, offset, ir.Constant(v.masks, [1] * LANES))
+                    with tail:
+                        vector(residual, offset, v.first(left))
+
+        def vector(residual, offset, mask):  # type: ignore[no-untyped-def]
+            sums = [v.load(builder.add(src, offset), v.f32, mask) for src in (lo, hi)]
+            sums = [builder.select(with_bias, builder.fadd(s, b), s) for s, b in zip(sums, biases)]
+            more = residual(offset, mask)
+            if more is not None:
+                sums = [builder.fadd(s, r) for s, r in zip(sums, more)]
+            sums = [
+                builder.select(
+                    with_relu,
+                    builder.select(builder.fcmp_ordered("<", s, zero), zero, s),
+                    s,
+                )
+                for s in sums
+            ]  # fmt: skip
+            with builder.if_else(floats_out) as (as_floats, as_words):
+                with as_floats:
+                    v.store(sums[0], builder.add(out, offset), mask)
+                    with builder.if_then(with_hi):
+                        v.store(sums[1], builder.add(out_hi, offset), mask)
+                with as_words:
+                    high = builder.select(with_hi, sums[1], zero)
+                    words = pair_bits(builder, sums[0], high)
+                    v.store(words, builder.add(out, offset), mask)
 
         def floats(offset, mask):  # type: ignore[no-untyped-def]
             return [v.load(builder.add(r, offset), v.f32, mask) for r in (r_lo, r_hi)]
