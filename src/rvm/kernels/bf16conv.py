@@ -47,7 +47,7 @@ from __future__ import annotations
 import numpy as np
 
 from rvm.kernels import amx, amxconv, parfor, workpool
-from rvm.kernels.bf16direct import direct, direct_group, walks_out
+from rvm.kernels.bf16direct import direct, direct_group, vectors_out, walks_out
 from rvm.kernels.bf16gemm import SPLIT_MIN
 from rvm.kernels.bf16planes import (
     _pair_depth,
@@ -393,6 +393,7 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
     # `pair_plane`'s source: a pair plane's height, padding and width, and the image's size
     src = (x.shape[2], at[1], at[2], x.shape[3], of[1], of[2]) if gathered else (0, 0, 0, 0, 0, 0)
     rows_wide = wq > ow and panel == 0 and not planed_out and not walks_out(act, res.size != 0)
+    rows_wide = rows_wide and not vectors_out(False, True, act, res.size != 0)  # tiles out
     wide = np.empty((og if rows_wide else 0, oh * wq), np.float32)
     bc = np.ascontiguousarray(bias)
     rc = np.ascontiguousarray(res)

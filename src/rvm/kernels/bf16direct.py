@@ -18,6 +18,7 @@ from rvm.kernels.bf16gemm import (
     PIECES_PER_THREAD,
     piece_grid,
     walk,
+    walk_out,
 )
 from rvm.kernels.bf16planes import pad_pairs, pad_positions, plane_dims, read_rows, rows_to_pairs
 from rvm.kernels.epilogue import tile_rows
@@ -26,7 +27,7 @@ from rvm.kernels.jitting import alive, jit
 from rvm.kernels.microkernel import floats_at
 from rvm.kernels.planes import copy
 
-__all__ = ["READ_AHEAD_ROW", "direct", "direct_group", "walks_out"]
+__all__ = ["READ_AHEAD_ROW", "direct", "direct_group", "vectors_out", "walks_out"]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 # Plane rows (words) past which a block's new rows are read ahead of its first band
@@ -48,13 +49,14 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
     its rows of the block right after its last depth block, while they are in cache; then,
     when the rows are wider than the output's, the block's rows compacted into the output
     (`_compact`, which adds the residual and applies the activation there, the residual being
-    laid out as the output) while they are in cache, on this thread. On AMX (`_walks_out`)
+    laid out as the output) while they are in cache, on this thread. On AMX (`walks_out`)
     the walk itself puts each 32 x 32 block of sums where it goes, from L1, with its
     epilogue (`amx.BLOCK_OUT`): into a pair plane out, with a pair plane's residual, or into
     the output's rows from wider ones; the 7 x 7 stem of resnet50 (3 -> 64, stride 2) took
     0.70-0.74x its time, inception_v2's 64 -> 192 3 x 3 on 56 x 56 0.81x, without the float32
-    buffer of wide rows (two threads). A plane larger than a
-    block (``job[26]`` its planes, ``job[27]`` their rows; 0: none, or rows no wider than
+    buffer of wide rows (two threads). On vectors the walk puts each tile out so where
+    `vectors_out` (`rvm.kernels.bf16gemm.walk_out`). A plane larger than a block
+    (``job[26]`` its planes, ``job[27]`` their rows; 0: none, or rows no wider than
     `READ_AHEAD_ROW`) comes from beyond L2: each block's plane rows the previous one did not
     read are read first (`read_rows`)."""
     a, lda, plane, table, k2 = job[1], job[2], job[3], job[4], job[5]
@@ -63,13 +65,16 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
     late = wide and res != 0  # the residual, then the activation, in `_compact`
     # a pair plane out: on AMX the walk rounds each 32 x 32 block of sums into it from L1
     # (`amx.BLOCK_OUT`), as it adds a pair plane's residual and drops wide rows' extra
-    # positions; else each block of rows' float32 sums go to one small buffer and are rounded
-    # out of it while in cache (`rows_to_pairs`), never written back to memory
+    # positions, the vector walk each tile where `vectors_out`; else each block of rows'
+    # float32 sums go to one small buffer and are rounded out of it while in cache
+    # (`rows_to_pairs`), never written back to memory
     planed = job[21] != 0
     # a plane of positions in (its channel pairs; 0: a pair plane) and out (its channel pairs;
     # 0: none), walked by the walk turned around only (`amxconv`; `conv2d` sees to it)
     across, lines = job[35], job[36]
     in_walk = walks_out(act, res != 0, planed or job[28] >= 2 or wp > job[16] or across > 0)
+    vector_out = vectors_out(planed, wp > job[16], act, res != 0)
+    in_walk = in_walk or vector_out
     rows = np.empty((co1 - co0 if planed and not in_walk else 0, rows_block * wp), np.float32)
     out = np.empty(amx.BLOCK_OUT, np.int64)
     out[0], out[4], out[5] = (amx.POSITIONS if lines else 0) if planed else 1, wp, job[16]
@@ -100,7 +105,9 @@ def _direct(job, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
                 out[1] = job[31] + 4 * yb * job[16]
             lined = job[29] if job[28] == amx.POSITIONS else 1  # words a position
             out[7] = res + 4 * (yb * job[30] * lined + (job[32] if job[28] >= 2 else 0))
-            if job[33] > 0:  # turned around: the positions as A's rows
+            if vector_out:
+                walk_out(a, lda, co0, co1, b_run, table, run, k2, bias, act, out.ctypes.data)
+            elif job[33] > 0:  # turned around: the positions as A's rows
                 amxconv.walk(a, co0, co1, b_run, table, job[33], k2, job[34], run, bias, act,
                              out.ctypes.data, across, (job[27] - yb) * wp)  # fmt: skip
             else:
@@ -125,6 +132,24 @@ def walks_out(act, residual, needed=True):  # type: ignore[no-untyped-def]
     wider than the output's (else summed into a float32 buffer of wide rows, 3.3 MB for a 7
     x 7 stem, then compacted). On AMX, with at most a ReLU after a residual."""
     return needed and amx.AMX and (not residual or act <= 1)
+
+
+@jit(inline="always", **_OPTS)
+def vectors_out(planed, wide, act, residual):  # type: ignore[no-untyped-def]
+    """Whether the direct method's vector walk (no AMX) puts its tiles where they go itself,
+    from L1 (`rvm.kernels.bf16gemm.walk_out`): into the next convolution's pair plane
+    (``planed``) from rows no wider than the output's, or into a float32 output from
+    ``wide`` rows, with at most a ReLU after a ``residual`` (as `walks_out`). Else the walk
+    writes C's rows and a pass of their own rounds them into the plane (`rows_to_pairs`) or
+    copies them out of the wide rows (`_compact`; a stem's 3.3 MB buffer). Each way measured
+    on a Zen 4, two threads, bf16 models, the two ways in turns in one process, outputs bit
+    for bit the same: squeezenet's 1 x 1s into pair planes took 0.78-0.82 of their time (its
+    squeezes from 128 to 512 channels 0.90-0.98), inception_v1's 7 x 7 stem 0.87; but its 3
+    x 3s into pair planes from wider rows 1.01-1.05 (cut at the rows' ends, a tile's sums go
+    out in short runs, where `rows_to_pairs` rounds whole rows), and float32 outputs from
+    rows as wide resnet50's 1 x 1s 1.13-1.41 (the walk stores C there straight from its
+    registers; the tiles would go through L1 and back)."""
+    return not amx.AMX and planed != wide and (not residual or act <= 1)
 
 
 @jit(**_OPTS)

@@ -38,10 +38,11 @@ from numba.extending import intrinsic
 
 from rvm.kernels import amx
 from rvm.kernels.bf16words import DPBF16, LANES, BFloat, pair_bits, run_bits
+from rvm.kernels.blockout import block_out
 from rvm.kernels.cpu import target_features as _target_features
 from rvm.kernels.epilogue import tile_rows
 from rvm.kernels.gemmshape import LINE
-from rvm.kernels.jitting import jit
+from rvm.kernels.jitting import alive, jit
 from rvm.kernels.microkernel import prefetch_l2
 from rvm.kernels.parfor import PIECES_PER_THREAD
 
@@ -65,6 +66,7 @@ __all__ = [
     "piece_grid",
     "run_bits",
     "walk",
+    "walk_out",
 ]
 
 logger = logging.getLogger("rvm.kernels")
@@ -397,13 +399,20 @@ def band(kc2, a, lda, b, b_col, ldb, indexed, c, ldc, add, rows, width):  # type
     614 us, m 2048 by 512 deep, one Zen 4 core)."""
     j0 = 0
     while j0 < width:
-        cols = min(NR, width - j0)
-        if VECTORS == 3 and b_col == 4 and NR < width - j0 <= NR + LANES:
-            cols = 2 * LANES
+        cols = _tile_cols(width, j0, b_col)
         vectors = (cols + LANES - 1) // LANES
         micro(kc2, a, lda, b + b_col * j0, ldb, indexed, c + 4 * j0, ldc, add, rows, vectors,
               cols - (vectors - 1) * LANES, 0, LANES)  # fmt: skip
         j0 += cols
+
+
+@jit(inline="always", **_OPTS)
+def _tile_cols(width, j0, b_col):  # type: ignore[no-untyped-def]
+    """The columns of the tile at column ``j0`` of a band ``width`` wide (see `band`)."""
+    cols = min(NR, width - j0)
+    if VECTORS == 3 and b_col == 4 and NR < width - j0 <= NR + LANES:
+        cols = 2 * LANES
+    return cols
 
 
 @jit(**_OPTS)
@@ -441,6 +450,39 @@ def walk(
                 at_bias = bias + 4 * i0 if bias != 0 else 0
                 at_res = res + 4 * i0 * ldc if res != 0 else 0
                 tile_rows(c_band, ldc, rows, n, at_bias, act, at_res)
+
+
+@jit(**_OPTS)
+def walk_out(a, lda, m0, m1, b, table, n, k2, bias, act, to):  # type: ignore[no-untyped-def]
+    """Rows [m0, m1) of a direct convolution's sums ``A @ B`` over ``k2`` pairs (B's pair rows
+    through the tap table at ``table`` into the plane's words at ``b``, as `walk`'s indexed
+    mode reads them), put where the `rvm.kernels.blockout.BLOCK_OUT` record at ``to`` says
+    tile by tile: each tile summed over the whole depth into a scratch in L1, then from there
+    into the output with its bias (at ``bias``, 0: none), residual and ReLU in one pass
+    (`rvm.kernels.blockout.block_out`; another activation applied to the tile first), so
+    the float32 sums never leave L1. `walk` instead writes C's rows, band by band, and the
+    direct convolution then rounds them into the next pair plane or copies them out of wider
+    rows in passes of their own. A band's tiles in turn, each over its depth blocks."""
+    room = np.empty(MR * NR + LANES, np.float32)
+    edge = (room.ctypes.data + 63) // 64 * 64  # a tile's rows on whole lines
+    for i0 in range(m0, m1, MR):
+        rows = min(MR, m1 - i0)
+        a_band = a + 4 * i0 * lda
+        if i0 + MR < m1:
+            _read_ahead(a_band + 4 * MR * lda, lda, min(MR, m1 - i0 - MR), min(KC2, k2))
+        j0 = 0
+        while j0 < n:
+            cols = _tile_cols(n, j0, 4)
+            vectors = (cols + LANES - 1) // LANES
+            last = cols - (vectors - 1) * LANES
+            for p0 in range(0, k2, KC2):
+                micro(min(KC2, k2 - p0), a_band + 4 * p0, lda, b + 4 * j0, table + 8 * p0, 1,
+                      edge, NR, 1 if p0 > 0 else 0, rows, vectors, last, 0, LANES)  # fmt: skip
+            if act > 1:
+                tile_rows(edge, NR, rows, cols, bias + 4 * i0 if bias != 0 else 0, act, 0)
+            block_out(edge, NR, rows, cols, i0, j0, to, 0 if act > 1 else bias, act == 1)
+            j0 += cols
+    alive(room)
 
 
 @jit(inline="always", **_OPTS)
