@@ -3,10 +3,11 @@ output of a bottleneck block is read by the next block's first convolution and a
 last one, so it stays a pair plane between blocks -- the first reads it as its input, the last
 adds it as its residual (``residual_plane``) -- and only the last block's output, read by a
 strided convolution and returned, is float32. On AMX the walk adds such a residual and rounds
-the sums as it stores each block (`rvm.kernels.amx.BLOCK_OUT`); elsewhere the kernels widen it
-to float32 first, so the tests force both decisions of the pass on any CPU and run every exec
-mode and kernel backend against the NumPy reference of the same bf16 program (tight) and of the
-float32 one (the accuracy bf16 costs)."""
+the sums as it stores each block (`rvm.kernels.amx.BLOCK_OUT`), on vectors each tile of a 1 x 1
+(`rvm.kernels.bf16direct.vectors_out`); elsewhere the kernels widen it to float32 first, so the
+tests force the pass's decisions on any CPU and run every exec mode and kernel backend against
+the NumPy reference of the same bf16 program (tight) and of the float32 one (the accuracy bf16
+costs)."""
 
 from __future__ import annotations
 
@@ -50,11 +51,14 @@ def _resnet() -> rvm.IRModule:
 RESNET = _resnet()
 
 
-def _converted(residuals: bool) -> rvm.IRModule:
+def _converted(residuals: bool, amx: bool | None = None) -> rvm.IRModule:
+    """RESNET converted with the residual planes' decision forced, as on AMX (``amx``, by
+    default ``residuals``) or on vectors."""
     passes = default_passes()
     before = passes[: [n for n, _ in passes].index("legalize")]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(to_bf16_module, "has_amx_tiles", lambda: residuals)
+        patch.setattr(to_bf16_module, "has_amx_tiles", lambda: residuals if amx is None else amx)
+        patch.setattr(to_bf16_module, "_residual_planes", lambda: residuals)
         return to_bf16(run_pipeline(RESNET, before), "bf16")
 
 
@@ -81,7 +85,12 @@ def test_the_shortcut_stays_a_pair_plane_between_blocks() -> None:
         assert last.args[3].type.dtype == "int32"
         assert last.attrs["plane"] == (one_by_one if i < 2 else ())
     assert strided.attrs["source"] == () and strided.attrs["strides"] == (2, 2)
-    # without the kernels' residual planes (no AMX) the shortcut stays float32
+    # on vectors the same planes (each adder a 1 x 1), laid out as channel pairs
+    vectors = _convs(_converted(residuals=True, amx=False))
+    for key in ("plane", "source", "residual_plane"):
+        assert [c.attrs[key] for c in vectors] == [c.attrs[key] for c in convs]
+    assert all(c.attrs.get("plane_layout", "channels") == "channels" for c in vectors)
+    # without residual planes the shortcut stays float32
     convs = _convs(_converted(residuals=False))
     assert all(c.attrs["residual_plane"] == () for c in convs)
     assert all(c.attrs["plane"] == () for c in convs[3:10:3])
@@ -105,22 +114,30 @@ def test_a_main_path_only_added_is_a_plane() -> None:
     assert second.attrs["residual_plane"] == (0, 0) and second.attrs["plane"] == ()
 
 
-@pytest.fixture(scope="module", params=[True, False], ids=["residual-planes", "float32"])
+@pytest.fixture(
+    scope="module",
+    params=[(True, True), (True, False), (False, False)],
+    ids=["residual-planes-amx", "residual-planes-vectors", "float32"],
+)
 def resnet_executables(request):
-    """RESNET compiled in bf16 with the pass's decision forced either way, by both kernel
-    backends: the residual planes run in AMX's walk or, elsewhere, widened."""
+    """RESNET compiled in bf16 with the pass's decisions forced (residual planes, as on AMX
+    or not), by both kernel backends: the residual planes run in AMX's walk, or the vector
+    walk's tiles (`rvm.kernels.bf16direct.vectors_out`), or widened (AMX's decisions on a
+    CPU without it)."""
+    residuals, amx = request.param
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(to_bf16_module, "has_amx_tiles", lambda: request.param)
+        patch.setattr(to_bf16_module, "has_amx_tiles", lambda: amx)
+        patch.setattr(to_bf16_module, "_residual_planes", lambda: residuals)
         patch.setattr(to_bf16_module, "native_way", lambda: "bf16")
         compiled = {k: rvm.compile(RESNET, precision="bf16", kernels=k) for k in ("jit", "numpy")}
     return request.param, compiled
 
 
 def test_the_shortcut_in_every_exec_mode(resnet_executables, exec_mode: str, kernels: str) -> None:
-    residuals, compiled = resnet_executables
+    (residuals, amx), compiled = resnet_executables
     x = np.random.default_rng(3).standard_normal((2, 24, 12, 12)).astype(F32)
     got = rvm.VirtualMachine(compiled[kernels], exec_mode=exec_mode)["main"](x)
-    exact = rvm.interpret(_converted(residuals), "main", x)
+    exact = rvm.interpret(_converted(residuals, amx), "main", x)
     near_both(got, exact, rvm.interpret(RESNET, "main", x))
 
 

@@ -292,7 +292,7 @@ def _planes(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
     if kind == 2:
         _check_residual_plane(res, n, co, oh, ow, rof, orders & 4 != 0)
         kind = amx.POSITIONS if orders & 4 else kind  # a plane of positions' (walked so)
-    fast = panel == 0 and walks_out(act, True)  # the walk's blocks take any residual
+    fast = _puts_out(x, of, to, ow, pl, kw, dw, sw, panel, act)  # with any residual
     if kind == 0 or (kind == 1 and not planed_out) or fast:
         _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, panel, to, of,
                 before, pairing, kind, rof, at, orders)  # fmt: skip
@@ -312,6 +312,18 @@ def _planes(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
         plane[0] = out.ctypes.data + 4 * b * out.shape[1] * out.shape[2] * out.shape[3]
         at = sums.ctypes.data + 4 * b * co * oh * ow
         rows_to_pairs(plane, at, oh * ow, ow, co, oh, ow, 0, co, 0, oh)
+
+
+@jit(inline="always", **_OPTS)
+def _puts_out(x, of, to, ow, pl, kw, dw, sw, panel, act):  # type: ignore[no-untyped-def]
+    """Whether the direct walk puts a convolution's blocks where they go itself, adding any
+    residual there (a pair plane's too) and rounding them into a pair plane out: AMX's
+    (`walks_out`), or the vector walk where `vectors_out` (``ow`` the output's width, the
+    rest as `conv2d`'s)."""
+    if panel != 0:
+        return False
+    wq = _pair_width(of[2] if of[0] > 0 else x.shape[3], ow, pl, kw, dw, sw)
+    return walks_out(act, True) or vectors_out(to[2] > 0, wq > ow, act, True)
 
 
 @jit(**_OPTS)
@@ -355,8 +367,15 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
         or x.shape[3] < at[2] + of[2]
     ):
         raise ValueError("bf16 conv2d: the input's pair plane does not hold its image")
-    if (planed_out or kind >= 2) and res.size != 0 and not (panel == 0 and walks_out(act, True)):
-        raise ValueError("bf16 conv2d: a pair plane out or residual here needs AMX's walk")
+    if (
+        (planed_out or kind >= 2)
+        and res.size != 0
+        and not _puts_out(x, of, to, ow, pl, kw, dw, sw, panel, act)
+    ):
+        raise ValueError(
+            "bf16 conv2d: a pair plane out or residual here needs a walk that puts "
+            "its blocks out (AMX's; on vectors, rows as wide as the output's)"
+        )
     if planed_in and (sh != 1 or sw != 1):
         raise ValueError("bf16 conv2d: a pair plane in needs stride 1")
     _, height, width = plane_dims(out.shape[1:], lines)

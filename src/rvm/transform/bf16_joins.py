@@ -8,6 +8,7 @@ activation), the per-channel affine chain and ReLU before it that become its pro
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 import numpy as np
 
@@ -29,9 +30,12 @@ from rvm.transform.legalize import const_of
 
 __all__ = ["join_epilogue", "join_prologues", "pair_planes"]
 
+Adds = Callable[[E.Call], bool] | None
+"""Which convolutions add a pair plane's residual as their kernels store (None: none)."""
+
 
 def pair_planes(
-    bindings: list[E.VarBinding], uses: Counter, residuals: bool = False
+    bindings: list[E.VarBinding], uses: Counter, residuals: bool = False, positions: bool = True
 ) -> tuple[list[E.VarBinding], int]:
     """``bindings`` where each ``conv2d_bf16`` ``p`` (one group, static shapes) whose uses are
     all the input of later ``conv2d_bf16`` calls ``q`` of the region (one group, no prologue)
@@ -40,8 +44,10 @@ def pair_planes(
     copied into its own phases (``source_at``): the activation between them stays bf16,
     rounded once where ``p`` sums it, as ``q`` would round it (`rvm.op.bf16`). With
     ``residuals`` (where the kernels add a pair plane's residual as they store their blocks:
-    AMX's walk, `rvm.kernels.amx.BLOCK_OUT`) some of those uses may instead be the residual of later
-    convolutions ``r`` (no panels, at most a ReLU), which then read the plane as their
+    AMX's walk, `rvm.kernels.amx.BLOCK_OUT`, and with ``positions`` False the vector walk's
+    tiles, `rvm.kernels.bf16direct.vectors_out`) some of those uses may instead be the
+    residual of later convolutions ``r`` (no panels, at most a ReLU; with ``positions``
+    False a 1 x 1 with no padding: rows as the output's), which then read the plane as their
     residual (``residual_plane``: ResNet's shortcut, read by the next block's first
     convolution and added by its last, stays bf16), and ``p`` may take a residual itself;
     else ``p`` takes none. A channel concatenation of such convolutions (``p``s of an even
@@ -51,14 +57,15 @@ def pair_planes(
     result only such convolutions read reads ``p``'s plane and writes theirs
     (``max_pool2d_pairs``), comparing bits where every piece ends in a ReLU (``signed``
     False): a maximum of bf16 values is one of them, so the readers get the values they got.
-    With ``residuals`` too, a plane that one convolution writes and only convolutions that
-    walk turned around read as it lies or add (`_lines`) is laid out as positions by channel
-    pairs (``plane_layout``, ``source_layout`` and ``residual_layout`` ``"positions"``): a
-    position's pairs one line, which the writer rounds its sums into and each reader loads
-    as A's rows as they lie, or adds (`rvm.kernels.amxconv`); ResNet's shortcut within a
-    stage too. The program's inputs and outputs stay float32. Returns
-    the new bindings and how many convolutions write planes (one only added, as a 1 x 1
-    would read it: ResNet's first block's main path, added by its projection)."""
+    With ``residuals`` and ``positions`` (the kernels walk turned around: AMX's) too, a plane
+    that one convolution writes and only convolutions that walk turned around read as it
+    lies or add (`_lines`) is laid out as positions by channel pairs (``plane_layout``,
+    ``source_layout`` and ``residual_layout`` ``"positions"``): a position's pairs one line,
+    which the writer rounds its sums into and each reader loads as A's rows as they lie, or
+    adds (`rvm.kernels.amxconv`); ResNet's shortcut within a stage too. The program's inputs
+    and outputs stay float32. Returns the new bindings and how many convolutions write
+    planes (one only added, as a 1 x 1 would read it: ResNet's first block's main path,
+    added by its projection)."""
     readers: dict[E.Var, list[tuple[int, str]]] = {}  # a value's readers and their roles
     for j, b in enumerate(bindings):
         if _is_conv(b.value):
@@ -79,18 +86,19 @@ def pair_planes(
                         is not None for k, role in found)
             ):  # fmt: skip
                 readers.setdefault(b.value.args[0], []).append((j, "pool"))
+    adds = (_adds if positions else _adds_whole) if residuals else None
     place = {b.var: i for i, b in enumerate(bindings)}
     out = list(bindings)
     count = 0
     for i, b in enumerate(bindings):
-        pieces = _writers(out, i, place, uses, residuals)
+        pieces = _writers(out, i, place, uses, adds)
         found = readers.get(b.var, [])
         if pieces is None or not found or len(found) != uses[b.var]:
             continue
         sources = [j for j, role in found if role == "x"]
         added = [j for j, role in found if role == "residual"]
         pools = [j for j, role in found if role == "pool"]
-        if added and not (residuals and all(_adds(out[j].value) for j in added)):
+        if added and not (adds is not None and all(adds(out[j].value) for j in added)):
             continue
         shape = getattr(b.var.type, "shape", None)
         if shape is None or not all(isinstance(d, int) for d in shape[1:]):
@@ -106,7 +114,13 @@ def pair_planes(
         own = [g for g in wants if g != _ANY]
         plane = own[0] if own else (0, 0, *plane_shape(source, (1, 1), (0, 0, 0, 0), (1, 1)))
         layout = "channels"
-        if residuals and pieces == [i] and not pools and all(want == plane for want in wants):
+        if (
+            residuals
+            and positions
+            and pieces == [i]
+            and not pools
+            and all(want == plane for want in wants)
+        ):
             readers_ = [out[j].value for j in sources + added]
             layout = _lines(out[i].value, readers_)
         for k in pieces:
@@ -144,7 +158,7 @@ def pair_planes(
 
 
 def _writers(
-    out: list[E.VarBinding], i: int, place: dict, uses: Counter, residuals: bool
+    out: list[E.VarBinding], i: int, place: dict, uses: Counter, adds: Adds
 ) -> list[int] | None:
     """The places of the convolutions that would write binding ``i``'s pair plane: ``[i]``
     where it is a convolution that may write one, or the pieces of a channel concatenation
@@ -152,7 +166,7 @@ def _writers(
     there; else None."""
     value = out[i].value
     if _is_conv(value):
-        return [i] if _may_write(value, residuals) else None
+        return [i] if _may_write(value, adds) else None
     if isinstance(value, E.Call) and value.callee is ops.max_pool2d_pairs:
         return [i] if not value.attrs["plane"] else None
     if not (isinstance(value, E.Call) and value.callee is ops.concat and value.attrs["axis"] == 1):
@@ -166,7 +180,7 @@ def _writers(
     pieces = []
     for f in fields.fields:
         k = place.get(f) if isinstance(f, E.Var) else None
-        if k is None or uses[f] != 1 or k in pieces or not _may_write(out[k].value, residuals):
+        if k is None or uses[f] != 1 or k in pieces or not _may_write(out[k].value, adds):
             return None
         shape = getattr(f.type, "shape", None)
         if shape is None or not isinstance(shape[1], int) or shape[1] % 2:
@@ -175,12 +189,13 @@ def _writers(
     return pieces
 
 
-def _may_write(conv: E.Expr, residuals: bool) -> bool:
+def _may_write(conv: E.Expr, adds: Adds) -> bool:
     """Whether ``conv`` (a ``conv2d_bf16`` or another value) may write a pair plane: one
-    group, none yet, and a residual only where the kernels add it as they store (`_adds`)."""
+    group, none yet, and a residual only where the kernels add it as they store (``adds``:
+    `_adds` or `_adds_whole`; None: nowhere)."""
     if not _is_conv(conv) or conv.attrs["groups"] != 1 or conv.attrs.get("plane"):
         return False
-    return len(conv.args) <= 3 or (residuals and _adds(conv))
+    return len(conv.args) <= 3 or (adds is not None and adds(conv))
 
 
 def _lines(writer: E.Call, readers: list[E.Call]) -> str:
@@ -291,6 +306,15 @@ def _adds(conv: E.Call) -> bool:
     blocks: no panels, at most a ReLU after (`rvm.kernels.bf16conv.conv2d`)."""
     attrs = conv.attrs
     return attrs.get("panel", 0) == 0 and attrs["activation"] in ("none", "relu")
+
+
+def _adds_whole(conv: E.Call) -> bool:
+    """Whether ``conv`` adds a residual (or may take a pair plane's) as the vector walk puts
+    its tiles out (`rvm.kernels.bf16direct.vectors_out`): as `_adds`, and its rows the
+    output's, a 1 x 1 with no padding (wider rows round their sums in a pass of their own)."""
+    attrs = conv.attrs
+    whole = tuple(attrs["kernel"]) == (1, 1) and not any(attrs["padding"])
+    return whole and _adds(conv)
 
 
 def _channel_pairs(conv: E.Call, c: int) -> E.Call:

@@ -34,12 +34,13 @@ channel) and, or only, a ``relu`` before a convolution becomes its ``prologue``,
 its input is rounded (densenet's BN-ReLU); and a convolution read only by stride-1
 convolutions of one group that read the same pair plane writes it (``plane``: their padded
 bf16 input, int32 words), which they read as it is (``source``; its taps in channel pairs), so
-the activation is rounded once, by the producer, while in cache. On AMX (`has_amx_tiles`) some
-of its readers may instead add it as their residual (``residual_plane``), and it may take a
-residual itself: ResNet's shortcut stays a pair plane from block to block, read by each
-block's first convolution and added by its last, which the walk adds and rounds as it stores
-each block of sums (`rvm.kernels.amx.BLOCK_OUT`); elsewhere the kernels would widen it first,
-so there it stays float32 (`rvm.transform.bf16_joins`; `rvm.op.bf16`).
+the activation is rounded once, by the producer, while in cache. Some of its readers may
+instead add it as their residual (``residual_plane``), and it may take a residual itself:
+ResNet's shortcut stays a pair plane from block to block, read by each block's first
+convolution and added by its last, which the walk adds and rounds as it stores each block of
+sums (`rvm.kernels.amx.BLOCK_OUT`; on vectors, each tile where the adder's rows are the
+output's, a 1 x 1: `rvm.kernels.bf16direct.vectors_out`; `_residual_planes`;
+`rvm.transform.bf16_joins`; `rvm.op.bf16`).
 
 Where the CPU has no bf16 dot product (``vdpbf16ps``: `rvm.kernels.bf16gemm.DPBF16`), the bf16
 kernels could only widen each bf16 pair to float32 and multiply in float32 -- as many FMAs as
@@ -146,6 +147,14 @@ def native_way() -> str:
     return way
 
 
+def _residual_planes() -> bool:
+    """Whether ResNet's shortcuts stay pair planes (`bf16_joins.pair_planes`' ``residuals``):
+    wherever the kernels add a pair plane's residual as they put their sums out, AMX's walk
+    and the vector walk's tiles (a 1 x 1's), so everywhere. With float32 shortcuts instead,
+    resnet50 in bf16 took 1.02-1.03x the time on a Zen 4 (the two in turns in one process)."""
+    return True
+
+
 @functools.cache
 def _say_way(way: str, speed: tuple[float, float] | None) -> None:
     """Logs once per process which way bf16 products take, when it is not the bf16 ops."""
@@ -216,7 +225,9 @@ def to_bf16(mod: IRModule, way: str | None = None) -> IRModule:
             nonlocal planes, prologues, unrounded
             new, count = join_prologues(bindings, uses)
             prologues += count
-            new, count = pair_planes(new, uses, residuals=has_amx_tiles())
+            new, count = pair_planes(
+                new, uses, residuals=_residual_planes(), positions=has_amx_tiles()
+            )
             planes += count
             if depth == 0:
                 new, count = _last_gemv_unrounded(new)
