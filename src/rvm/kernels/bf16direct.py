@@ -147,7 +147,7 @@ def vectors_out(planed, wide, act, residual):  # type: ignore[no-untyped-def]
     squeezes from 128 to 512 channels 0.90-0.98), inception_v1's 7 x 7 stem 0.87; but its 3
     x 3s into pair planes from wider rows 1.01-1.05 (cut at the rows' ends, a tile's sums go
     out in short runs, where `rows_to_pairs` rounds whole rows), and float32 outputs from
-    rows as wide resnet50's 1 x 1s 1.13-1.41 (the walk stores C there straight from its
+    rows as wide (resnet50's 1 x 1s) 1.14-1.16 (the walk stores C there straight from its
     registers; the tiles would go through L1 and back)."""
     return not amx.AMX and planed != wide and (not residual or act <= 1)
 
