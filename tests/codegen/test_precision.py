@@ -151,6 +151,19 @@ def test_shallow_convolutions_stay_float32_but_pointwise_ones_of_16_channels() -
     assert _ops(_converted(bb.get())) == ["conv2d", "conv2d_bf16", "conv2d"]
 
 
+def test_a_strided_shallow_stem_takes_bf16_without_amx(monkeypatch) -> None:
+    """Without AMX a 3-channel 3 x 3 stem of stride 2 (depth 27) computes in bf16
+    (`MIN_STRIDED_DEPTH`); with AMX, or at stride 1, it stays float32 (`MIN_CONV_DEPTH`)."""
+    img = Var("img", tensor((1, 3, 13, 13), F32))
+    w = const(RNG.standard_normal((16, 3, 3, 3)).astype(F32))
+    for stride, amx, want in ((2, False, "conv2d_bf16"), (2, True, "conv2d"), (1, False, "conv2d")):
+        bb = Builder()
+        with bb.function("main", [img]):
+            bb.emit_output(bb.emit(op.conv2d(img, w, strides=stride)))
+        monkeypatch.setattr(to_bf16_module, "has_amx_tiles", lambda amx=amx: amx)
+        assert _ops(_converted(bb.get())) == [want], (stride, amx)
+
+
 def _ops(mod) -> list[str]:
     return [
         b.value.callee.name

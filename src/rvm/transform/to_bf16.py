@@ -116,6 +116,14 @@ pairs of taps a pixel) spends its bf16 tiles storing more than multiplying, and 
 convolution needs only `MIN_DEPTH`: squeezenet's 16 to 64 channels at 55 x 55 took 62 us in
 bf16 against 88 in float32 (one Zen 4 core, in the model)."""
 
+MIN_STRIDED_DEPTH = 16
+"""Without AMX a strided convolution takes bf16 from this depth, below `MIN_CONV_DEPTH`:
+squeezenet's 3-channel 3 x 3 stem of stride 2 (depth 27), its float32 sums put out from L1
+into its pool's input (`rvm.kernels.bf16direct.vectors_out`), took squeezenet to 0.952-0.969
+of its bf16 time (Zen 4, the two in turns in one process, three runs), shufflenet's (3 -> 24,
+stride 2) 1.00; vgg19's 3-channel stem of stride 1 took 1.009-1.010, so stride 1 keeps
+`MIN_CONV_DEPTH`, as AMX does (its tiles above)."""
+
 
 GEMV_ROWS = 4
 """Products of at most this many rows, known at compile time (a classifier's head at batch
@@ -335,6 +343,8 @@ def _conv(value: E.Call, x: E.Expr, w: np.ndarray, way: str) -> E.Call | None:
     attrs = value.attrs
     depth = int(np.prod(w.shape[1:]))
     least = MIN_DEPTH if w.shape[2:] == (1, 1) else MIN_CONV_DEPTH
+    if least > MIN_STRIDED_DEPTH and tuple(attrs["strides"]) != (1, 1) and not has_amx_tiles():
+        least = MIN_STRIDED_DEPTH
     if w.ndim != 4 or w.shape[1] == 1 or depth < least:
         return None
     if way == "rounded":
