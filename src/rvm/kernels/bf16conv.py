@@ -292,7 +292,8 @@ def _planes(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
     if kind == 2:
         _check_residual_plane(res, n, co, oh, ow, rof, orders & 4 != 0)
         kind = amx.POSITIONS if orders & 4 else kind  # a plane of positions' (walked so)
-    fast = _puts_out(x, of, to, ow, pl, kw, dw, sw, panel, act)  # with any residual
+    wq = _plane_width(x, of, ow, pl, kw, dw, sw)
+    fast = _puts_out(wq, ow, planed_out, panel, act)  # with any residual
     if kind == 0 or (kind == 1 and not planed_out) or fast:
         _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, panel, to, of,
                 before, pairing, kind, rof, at, orders)  # fmt: skip
@@ -315,15 +316,19 @@ def _planes(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
 
 
 @jit(inline="always", **_OPTS)
-def _puts_out(x, of, to, ow, pl, kw, dw, sw, panel, act):  # type: ignore[no-untyped-def]
+def _puts_out(wq, ow, planed_out, panel, act):  # type: ignore[no-untyped-def]
     """Whether the direct walk puts a convolution's blocks where they go itself, adding any
     residual there (a pair plane's too) and rounding them into a pair plane out: AMX's
-    (`walks_out`), or the vector walk where `vectors_out` (``ow`` the output's width, the
-    rest as `conv2d`'s)."""
-    if panel != 0:
-        return False
-    wq = _pair_width(of[2] if of[0] > 0 else x.shape[3], ow, pl, kw, dw, sw)
-    return walks_out(act, True) or vectors_out(to[2] > 0, wq > ow, act, True)
+    (`walks_out`), or the vector walk where `vectors_out` (its rows ``wq`` words wide, the
+    output's ``ow``)."""
+    return panel == 0 and (walks_out(act, True) or vectors_out(planed_out, wq > ow, act, True))
+
+
+@jit(inline="always", **_OPTS)
+def _plane_width(x, of, ow, pl, kw, dw, sw):  # type: ignore[no-untyped-def]
+    """``wq``, the width of the convolution's pair plane phases (`pair_width`; ``x`` and
+    ``of`` as `conv2d`'s, ``ow`` the output's width)."""
+    return _pair_width(of[2] if of[0] > 0 else x.shape[3], ow, pl, kw, dw, sw)
 
 
 @jit(**_OPTS)
@@ -350,6 +355,7 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
     co = w.shape[0]
     co_out = (co + 1) // 2 if planed_out else co
     oh, ow = (to[2], to[3]) if planed_out else (out.shape[2], out.shape[3])
+    wq = _plane_width(x, of, ow, pl, kw, dw, sw)
     res_shape = res.shape if kind >= 2 else (n, co, oh, ow)  # a plane's: checked by `conv2d`
     _check(x, w, out, groups, kh, kw, bias, act, res, c, co_out, pairing, res_shape, lines)
     cg, og = c // groups, co // groups
@@ -370,7 +376,7 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
     if (
         (planed_out or kind >= 2)
         and res.size != 0
-        and not _puts_out(x, of, to, ow, pl, kw, dw, sw, panel, act)
+        and not _puts_out(wq, ow, planed_out, panel, act)
     ):
         raise ValueError(
             "bf16 conv2d: a pair plane out or residual here needs a walk that puts "
@@ -391,7 +397,6 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
     # each phase holds its taps' rows of every output row, and one row more for the
     # positions past a row's end (their taps run on into the next row)
     hq = oh + ((kh - 1) * dh) // sh + 1
-    wq = _pair_width(of[2] if of[0] > 0 else x.shape[3], ow, pl, kw, dw, sw)
     # a weight in tiles: the walk turned around (`amxconv`) where it puts its blocks itself
     turned = pairing == 3 and panel == 0 and groups == 1
     turned = turned and walks_out(act, res.size != 0, planed_out or kind >= 2 or wq > ow or across)
@@ -412,7 +417,7 @@ def _conv2d(x, w, out, groups, sh, sw, dh, dw, pt, pl, kh, kw, bias, act, res, p
     # `pair_plane`'s source: a pair plane's height, padding and width, and the image's size
     src = (x.shape[2], at[1], at[2], x.shape[3], of[1], of[2]) if gathered else (0, 0, 0, 0, 0, 0)
     rows_wide = wq > ow and panel == 0 and not planed_out and not walks_out(act, res.size != 0)
-    rows_wide = rows_wide and not vectors_out(False, True, act, res.size != 0)  # tiles out
+    rows_wide = rows_wide and not vectors_out(planed_out, True, act, res.size != 0)  # tiles out
     wide = np.empty((og if rows_wide else 0, oh * wq), np.float32)
     bc = np.ascontiguousarray(bias)
     rc = np.ascontiguousarray(res)
