@@ -117,6 +117,30 @@ def _scales(at, mode, c, i, pair):  # type: ignore[no-untyped-def]
 
 
 @jit(inline="always", **_OPTS)
+def _zero(at, n):  # type: ignore[no-untyped-def]
+    """``n`` words of 0 from the int64 address ``at`` on."""
+    out = floats_at(at)
+    for q in range(n):
+        out[q] = 0.0
+
+
+@jit(inline="always", **_OPTS)
+def _copy_words(src, dst, n, step):  # type: ignore[no-untyped-def]
+    """``n`` words to ``dst`` from ``src``'s, ``step`` apart, moved as float32 bits (a pair
+    plane's words)."""
+    words, out = floats_at(src), floats_at(dst)
+    if step == 1:  # constant strides, which LLVM vectorizes
+        for q in range(n):
+            out[q] = words[q]
+    elif step == 2:
+        for q in range(n):
+            out[q] = words[2 * q]
+    else:
+        for q in range(n):
+            out[q] = words[q * step]
+
+
+@jit(inline="always", **_OPTS)
 def _plane_part(job, plane, c2a, c2b):  # type: ignore[no-untyped-def]
     """Channel pairs [c2a, c2b) of a plane job (`_PLANE_JOB`) in each stride phase a tap
     reads: phase ``(a, b)``'s row ``r``, column ``q`` is the padded image's row ``r * sh +
@@ -152,32 +176,25 @@ def _plane_part(job, plane, c2a, c2b):  # type: ignore[no-untyped-def]
                     pair_words(src, src + 4 * h * wd * pair, dst, (r1 - r0) * wq, pair, 1,
                                 scales, job[18])  # fmt: skip
                     continue
+                # row by row through addresses (a view a row, and a slice for each run of
+                # zeros, took twice the time of a strided convolution's pair plane copied
+                # from the plane another wrote: resnet50's 128 -> 128 3 x 3 at stride 2)
+                base = at_p + 4 * (slot + c2) * hq * wq  # the phase's row 0 of this pair
+                words = at_x + 4 * (c2 * job[20] * job[23] + job[21] * job[23] + job[22] + first)
                 for r in range(hq):
                     y = r * sh + a - pt
-                    row = plane[slot + c2, r]
+                    at = base + 4 * r * wq
                     if y < 0 or y >= h:
-                        row[:] = 0
+                        _zero(at, wq)
                         continue
-                    row[:q0] = 0
-                    row[q1:] = 0
-                    if job[20] != 0:  # a pair plane's words, copied (as float32 bits)
-                        words = floats_at(at_x + 4 * (c2 * job[20] * job[23] + (job[21] + y)
-                                                      * job[23] + job[22] + first))  # fmt: skip
-                        bits = row.view(np.float32)
-                        if sw == 1:  # constant strides, which LLVM vectorizes
-                            for q in range(q1 - q0):
-                                bits[q0 + q] = words[q]
-                        elif sw == 2:
-                            for q in range(q1 - q0):
-                                bits[q0 + q] = words[2 * q]
-                        else:
-                            for q in range(q1 - q0):
-                                bits[q0 + q] = words[q * sw]
+                    _zero(at, q0)
+                    _zero(at + 4 * q1, wq - q1)
+                    if job[20] != 0:  # a pair plane's words, copied
+                        _copy_words(words + 4 * y * job[23], at + 4 * q0, q1 - q0, sw)
                         continue
                     src = lo + 4 * y * wd
-                    dst = at_p + 4 * (((slot + c2) * hq + r) * wq + q0)
-                    pair_words(src, src + 4 * h * wd * pair, dst, q1 - q0, pair, sw, scales,
-                                job[18])  # fmt: skip
+                    pair_words(src, src + 4 * h * wd * pair, at + 4 * q0, q1 - q0, pair, sw,
+                                scales, job[18])  # fmt: skip
 
 
 @jit(**_OPTS)
