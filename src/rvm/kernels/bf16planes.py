@@ -20,7 +20,7 @@ import numpy as np
 
 from rvm.kernels import parfor, workpool
 from rvm.kernels.bf16gemm import PACK_SPLIT_MIN, PIECES_PER_THREAD
-from rvm.kernels.bf16words import NO_AFFINE, pair_words
+from rvm.kernels.bf16words import NO_AFFINE, move_words, pair_words
 from rvm.kernels.direct_tile import read_line
 from rvm.kernels.gemmshape import LINE
 from rvm.kernels.jitting import jit
@@ -125,22 +125,6 @@ def _zero(at, n):  # type: ignore[no-untyped-def]
 
 
 @jit(inline="always", **_OPTS)
-def _copy_words(src, dst, n, step):  # type: ignore[no-untyped-def]
-    """``n`` words to ``dst`` from ``src``'s, ``step`` apart, moved as float32 bits (a pair
-    plane's words)."""
-    words, out = floats_at(src), floats_at(dst)
-    if step == 1:  # constant strides, which LLVM vectorizes
-        for q in range(n):
-            out[q] = words[q]
-    elif step == 2:
-        for q in range(n):
-            out[q] = words[2 * q]
-    else:
-        for q in range(n):
-            out[q] = words[q * step]
-
-
-@jit(inline="always", **_OPTS)
 def _plane_part(job, plane, c2a, c2b):  # type: ignore[no-untyped-def]
     """Channel pairs [c2a, c2b) of a plane job (`_PLANE_JOB`) in each stride phase a tap
     reads: phase ``(a, b)``'s row ``r``, column ``q`` is the padded image's row ``r * sh +
@@ -190,7 +174,7 @@ def _plane_part(job, plane, c2a, c2b):  # type: ignore[no-untyped-def]
                     _zero(at, q0)
                     _zero(at + 4 * q1, wq - q1)
                     if job[20] != 0:  # a pair plane's words, copied
-                        _copy_words(words + 4 * y * job[23], at + 4 * q0, q1 - q0, sw)
+                        move_words(words + 4 * y * job[23], at + 4 * q0, q1 - q0, sw)
                         continue
                     src = lo + 4 * y * wd
                     pair_words(src, src + 4 * h * wd * pair, at + 4 * q0, q1 - q0, pair, sw,

@@ -31,6 +31,7 @@ __all__ = [
     "BFloat",
     "converted",
     "pair_bits",
+    "move_words",
     "pair_words",
     "run_bits",
     "sum_words",
@@ -136,6 +137,46 @@ def _three_ways(builder: ir.IRBuilder, value: ir.Value, cases: tuple, emit: tupl
                     emit[2]()
 
 
+def _strided_vectors(builder: ir.IRBuilder, v: VectorIR, out, n, step, vector) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
+    """The loop writing ``n`` 32-bit lanes at the int64 address ``out``, a vector of `LANES`
+    a step, the last under a lane mask: ``vector(read, at)`` gives the lanes from ``at`` on,
+    ``read(address)`` the float32 values ``step`` apart from ``address + 4 step at`` on,
+    loaded unit-stride at ``step`` 1, by two loads and a shuffle at 2 (`VectorIR.evens`),
+    gathered otherwise; one loop each (`_three_ways`)."""
+    i64 = ir.IntType(64)
+    stride = builder.mul(step, i64(4))
+    steps = builder.sdiv(builder.add(n, i64(LANES - 1)), i64(LANES))
+
+    def loop(load):  # type: ignore[no-untyped-def]
+        with cgutils.for_range(builder, steps) as each:
+            at = builder.mul(each.index, i64(LANES))
+            left, offset = builder.sub(n, at), builder.mul(at, stride)
+            value = vector(lambda address: load(builder.add(address, offset), left), at)
+            v.store(value, builder.add(out, builder.mul(at, i64(4))), v.first(left))
+
+    _three_ways(builder, step, (1, 2), (
+        lambda: loop(lambda address, left: v.load(address, v.f32, v.first(left))),
+        lambda: loop(lambda address, left: v.evens(address, left)),
+        lambda: loop(lambda address, left: v.gather(address, stride, v.f32, v.first(left))),
+    ))  # fmt: skip
+
+
+@intrinsic
+def move_words(typingctx, src, out, n, step):  # type: ignore[no-untyped-def]
+    """On int64 addresses: ``out[i]`` = the 32-bit word ``src[i * step]``, for i < ``n``
+    (`_strided_vectors`; at ``step`` 2 LLVM's own loop gathered): a pair plane's words into a
+    strided convolution's phases (`rvm.kernels.bf16planes`)."""
+    sig = nt.void(*(nt.int64,) * 4)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        src, out, n, step = args
+        v = VectorIR(builder, LANES)
+        _strided_vectors(builder, v, out, n, step, lambda read, at: read(src))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @intrinsic
 def pair_words(typingctx, lo, hi, out, n, pair, step, scales, mode):  # type: ignore[no-untyped-def]  # noqa: E501
     """On int64 addresses: ``out[i]`` (uint32) = the bf16 bits of float32 ``lo[i * step]``
@@ -162,34 +203,14 @@ def pair_words(typingctx, lo, hi, out, n, pair, step, scales, mode):  # type: ig
             y = builder.select(relu, builder.select(builder.fcmp_ordered("<", y, zero), zero, y), y)
             return builder.select(affine, y, x)
 
-        stride = builder.mul(step, i64(4))
-        steps = builder.sdiv(builder.add(n, i64(LANES - 1)), i64(LANES))
+        def vector(read, at):  # type: ignore[no-untyped-def]
+            low, high = (read(src) for src in (lo, hi))
+            low = prologue(low, factors[0], factors[1])
+            high = prologue(high, factors[2], factors[3])
+            high = builder.select(with_hi, high, ir.Constant(v.f32, None))
+            return pair_bits(builder, low, high)
 
-        def row(read):  # type: ignore[no-untyped-def]
-            """The loop over the vectors, ``read(address, at)`` the float32 lanes from
-            ``address`` on, of the ``n - at`` left."""
-            with cgutils.for_range(builder, steps) as loop:
-                at = builder.mul(loop.index, i64(LANES))
-                offset = builder.mul(at, stride)
-                low, high = (read(builder.add(src, offset), at) for src in (lo, hi))
-                low = prologue(low, factors[0], factors[1])
-                high = prologue(high, factors[2], factors[3])
-                high = builder.select(with_hi, high, ir.Constant(v.f32, None))
-                words = pair_bits(builder, low, high)
-                at_out = builder.add(out, builder.mul(at, i64(4)))
-                v.store(words, at_out, v.first(builder.sub(n, at)))
-
-        def unit(address, at):  # type: ignore[no-untyped-def]
-            return v.load(address, v.f32, v.first(builder.sub(n, at)))
-
-        def two(address, at):  # type: ignore[no-untyped-def]
-            return v.evens(address, builder.sub(n, at))
-
-        def gathered(address, at):  # type: ignore[no-untyped-def]
-            return v.gather(address, stride, v.f32, v.first(builder.sub(n, at)))
-
-        _three_ways(builder, step, (1, 2), (lambda: row(unit), lambda: row(two),
-                                            lambda: row(gathered)))  # fmt: skip
+        _strided_vectors(builder, v, out, n, step, vector)
         return context.get_dummy_value()
 
     return sig, codegen
