@@ -294,17 +294,19 @@ def test_conv2d(i: int, blas_threads: int) -> None:
           pairing=pairing)  # fmt: skip
 
 
+@pytest.mark.parametrize("o", [2 * bf16gemm.NR + 3, 2 * bf16gemm.LANES], ids=["odd", "one-tile"])
 @pytest.mark.parametrize(
     "panel", [0, bf16gemm.NR, bf16gemm.LANES], ids=["direct", "turned", "turned-spanning"]
 )
-def test_pair_plane_out_in_pieces(panel: int, blas_threads: int) -> None:
+def test_pair_plane_out_in_pieces(panel: int, o: int, blas_threads: int) -> None:
     """A convolution writing the next one's pair plane (``to``), direct and turned around,
     cut into pieces at two threads (each piece rounds its own channels' rows,
-    `bf16planes.rows_to_pairs`): every word is its float32 output's channel pair rounded
-    (ties to even), the padding's words 0, and an odd channel count leaves the last pair's
-    high half 0."""
+    `bf16planes.rows_to_pairs`; turned, channels that make one tile of panels of `LANES` are
+    cut along the output's rows instead): every word is its float32 output's channel pair
+    rounded (ties to even), the padding's words 0, and an odd channel count leaves the last
+    pair's high half 0."""
     rng = np.random.default_rng(5)
-    c, o, s = 64, 2 * bf16gemm.NR + 3, 14
+    c, s = 64, 14
     x = rng.standard_normal((1, c, s, s)).astype(np.float32)
     bits = bf16_bits(conv_pairs(rng.standard_normal((o, c, 3, 3)).astype(np.float32) / 20))
     w = turn_pairs(bits.view(np.int16), 1, panel) if panel else bits.view(np.int16)
@@ -314,7 +316,7 @@ def test_pair_plane_out_in_pieces(panel: int, blas_threads: int) -> None:
     wq = bf16planes.pair_width(s, s, 1, 3, 1, 1)
     plane = np.full((1, (o + 1) // 2, s + 3, wq), np.nan, np.float32)
     bf16_conv2d(x, w, plane, 1, 1, 1, 1, 1, 1, 1, 3, 3, bias, 1, NO_RES, panel, (1, 1, s, s))
-    half = np.zeros((1, o + 1, s, s), np.uint32)
+    half = np.zeros((1, o + o % 2, s, s), np.uint32)
     half[:, :o] = bf16_bits(y)
     want = np.zeros(plane.shape, np.uint32)
     want[:, :, 1 : 1 + s, 1 : 1 + s] = half[:, 0::2] | (half[:, 1::2] << 16)
