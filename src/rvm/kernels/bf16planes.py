@@ -164,6 +164,7 @@ def _plane_part(job, plane, c2a, c2b):  # type: ignore[no-untyped-def]
                 # zeros, took twice the time of a strided convolution's pair plane copied
                 # from the plane another wrote: resnet50's 128 -> 128 3 x 3 at stride 2)
                 base = at_p + 4 * (slot + c2) * hq * wq  # the phase's row 0 of this pair
+                # a pair plane source's row 0 of this pair, from its column ``first`` on
                 words = at_x + 4 * (c2 * job[20] * job[23] + job[21] * job[23] + job[22] + first)
                 for r in range(hq):
                     y = r * sh + a - pt

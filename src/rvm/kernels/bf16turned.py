@@ -160,17 +160,16 @@ def _tile_start(i, og, short):  # type: ignore[no-untyped-def]
 
 @jit(**_OPTS)
 def _turned(job, c0, c1, y0, y1):  # type: ignore[no-untyped-def]
-    """Output channels [c0, c1) by output rows [y0, y1) of a turned job (`_TURNED_JOB`):
-    ``C.T = B.T @ A.T``, the
-    output positions as the GEMM's rows, broadcast from the pair plane (position ``i``'s pair
-    row ``s`` the word ``offs[i] + table[s]``: any positions, no wide rows), the weight's
-    pairs as its B in panels of ``panel`` output channels (`turn_pairs`: panel ``t`` ``(k2,
-    width)`` words, ``width`` its channels, the last panel's fewer), read a vector of `LANES`
-    channels at a time, up to `NR` channels a tile (`_tile_width`): with panels of `LANES`
-    channels, all full, a tile spans panels (the micro-kernel's ``bstep``), so that [c0, c1)
-    may start and end at any panel (`_tile_start`); wider panels hold their tiles. Each tile
-    summed into a scratch ``(positions, NR)``, then moved into the output's channel rows and
-    ``act(C + bias + R)`` applied there while in cache (`tile_rows`)."""
+    """Output channels [c0, c1) by output rows [y0, y1) of a turned job (`_TURNED_JOB`): ``C.T =
+    B.T @ A.T``, the rows' output positions as the GEMM's rows, broadcast from the pair plane
+    (position ``i``'s pair row ``s`` the word ``offs[i] + table[s]``: any positions, no wide
+    rows), the weight's pairs as its B in panels of ``panel`` output channels (`turn_pairs`:
+    panel ``t`` ``(k2, width)`` words, ``width`` its channels, the last panel's fewer), read a
+    vector of `LANES` channels at a time, up to `NR` channels a tile (`_tile_width`): with
+    panels of `LANES` channels, all full, a tile spans panels (the micro-kernel's ``bstep``), so
+    that [c0, c1) may start and end at any panel (`_tile_start`); wider panels hold their tiles.
+    Each tile summed into a scratch ``(positions, NR)``, then moved into the output's channel
+    rows and ``act(C + bias + R)`` applied there while in cache (`tile_rows`)."""
     wt, plane, table, k2, offs, npos = job[1], job[2], job[3], job[4], job[5], job[6]
     og, out, ohw, bias, act, res = job[7], job[9], job[10], job[11], job[12], job[13]
     panel = job[15]

@@ -30,8 +30,8 @@ __all__ = [
     "NO_RESIDUAL",
     "BFloat",
     "converted",
-    "pair_bits",
     "move_words",
+    "pair_bits",
     "pair_words",
     "run_bits",
     "sum_words",
@@ -139,9 +139,9 @@ def _three_ways(builder: ir.IRBuilder, value: ir.Value, cases: tuple, emit: tupl
 
 def _strided_vectors(builder: ir.IRBuilder, v: VectorIR, out, n, step, vector) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
     """The loop writing ``n`` 32-bit lanes at the int64 address ``out``, a vector of `LANES`
-    a step, the last under a lane mask: ``vector(read, at)`` gives the lanes from ``at`` on,
-    ``read(address)`` the float32 values ``step`` apart from ``address + 4 step at`` on,
-    loaded unit-stride at ``step`` 1, by two loads and a shuffle at 2 (`VectorIR.evens`),
+    a step (lanes ``at`` on), the last under a lane mask: ``vector(read)`` gives the step's
+    lanes, ``read(address)`` the float32 values ``step`` apart from ``address + 4 step at``
+    on, loaded unit-stride at ``step`` 1, by two loads and a shuffle at 2 (`VectorIR.evens`),
     gathered otherwise; one loop each (`_three_ways`)."""
     i64 = ir.IntType(64)
     stride = builder.mul(step, i64(4))
@@ -151,7 +151,7 @@ def _strided_vectors(builder: ir.IRBuilder, v: VectorIR, out, n, step, vector) -
         with cgutils.for_range(builder, steps) as each:
             at = builder.mul(each.index, i64(LANES))
             left, offset = builder.sub(n, at), builder.mul(at, stride)
-            value = vector(lambda address: load(builder.add(address, offset), left), at)
+            value = vector(lambda address: load(builder.add(address, offset), left))
             v.store(value, builder.add(out, builder.mul(at, i64(4))), v.first(left))
 
     _three_ways(builder, step, (1, 2), (
@@ -171,7 +171,7 @@ def move_words(typingctx, src, out, n, step):  # type: ignore[no-untyped-def]
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         src, out, n, step = args
         v = VectorIR(builder, LANES)
-        _strided_vectors(builder, v, out, n, step, lambda read, at: read(src))
+        _strided_vectors(builder, v, out, n, step, lambda read: read(src))
         return context.get_dummy_value()
 
     return sig, codegen
@@ -203,7 +203,7 @@ def pair_words(typingctx, lo, hi, out, n, pair, step, scales, mode):  # type: ig
             y = builder.select(relu, builder.select(builder.fcmp_ordered("<", y, zero), zero, y), y)
             return builder.select(affine, y, x)
 
-        def vector(read, at):  # type: ignore[no-untyped-def]
+        def vector(read):  # type: ignore[no-untyped-def]
             low, high = (read(src) for src in (lo, hi))
             low = prologue(low, factors[0], factors[1])
             high = prologue(high, factors[2], factors[3])
