@@ -118,14 +118,15 @@ def _scales(at, mode, c, i, pair):  # type: ignore[no-untyped-def]
 
 @jit(inline="always", **_OPTS)
 def _zero(at, n):  # type: ignore[no-untyped-def]
-    """``n`` words of 0 from the int64 address ``at`` on."""
+    """``n`` words of 0 (float32 0.0's bits) from the int64 address ``at`` on (none where
+    ``n <= 0``)."""
     out = floats_at(at)
     for q in range(n):
         out[q] = 0.0
 
 
 @jit(inline="always", **_OPTS)
-def _plane_part(job, plane, c2a, c2b):  # type: ignore[no-untyped-def]
+def _plane_part(job, c2a, c2b):  # type: ignore[no-untyped-def]
     """Channel pairs [c2a, c2b) of a plane job (`_PLANE_JOB`) in each stride phase a tap
     reads: phase ``(a, b)``'s row ``r``, column ``q`` is the padded image's row ``r * sh +
     a``, column ``q * sw + b``; the words no input reaches 0, the others rounded from the
@@ -151,19 +152,19 @@ def _plane_part(job, plane, c2a, c2b):  # type: ignore[no-untyped-def]
                 pair = 1 if 2 * c2 + 1 < cg else 0
                 lo = at_x + 4 * (2 * c2 * h * wd + first)
                 scales = _scales(job[17], job[18], job[19], 2 * c2, pair)
+                base = at_p + 4 * (slot + c2) * hq * wq  # the phase's row 0 of this pair
                 if whole:
                     r0, r1 = min(hq, pt), min(hq, pt + h)  # the rows of input rows 0 .. h
-                    plane[slot + c2, :r0] = 0
-                    plane[slot + c2, r1:] = 0
+                    _zero(base, r0 * wq)
+                    _zero(base + 4 * r1 * wq, (hq - r1) * wq)
                     src = lo + 4 * (r0 - pt) * wd
-                    dst = at_p + 4 * ((slot + c2) * hq + r0) * wq
+                    dst = base + 4 * r0 * wq
                     pair_words(src, src + 4 * h * wd * pair, dst, (r1 - r0) * wq, pair, 1,
                                 scales, job[18])  # fmt: skip
                     continue
                 # row by row through addresses (a view a row, and a slice for each run of
                 # zeros, took twice the time of a strided convolution's pair plane copied
                 # from the plane another wrote: resnet50's 128 -> 128 3 x 3 at stride 2)
-                base = at_p + 4 * (slot + c2) * hq * wq  # the phase's row 0 of this pair
                 # a pair plane source's row 0 of this pair, from its column ``first`` on
                 words = at_x + 4 * (c2 * job[20] * job[23] + job[21] * job[23] + job[22] + first)
                 for r in range(hq):
@@ -210,19 +211,15 @@ def pad_pairs(to, og, oh, ow, co0, co1, y0, y1):  # type: ignore[no-untyped-def]
     above it, with its last the rows below."""
     at_plane, pt, pl, hq, wq = to[0], to[1], to[2], to[3], to[4]
     for c2 in range(co0 // 2, (co1 + 1) // 2):
-        words = floats_at(at_plane + 4 * c2 * hq * wq)  # 0.0's bits are 0
+        at = at_plane + 4 * c2 * hq * wq
         if y0 == 0:
-            for i in range(pt * wq):
-                words[i] = 0.0
+            _zero(at, pt * wq)
         if y1 == oh:
-            for i in range((pt + oh) * wq, hq * wq):
-                words[i] = 0.0
+            _zero(at + 4 * (pt + oh) * wq, (hq - pt - oh) * wq)
         for y in range(y0, y1):
-            r = (pt + y) * wq
-            for i in range(r, r + pl):
-                words[i] = 0.0
-            for i in range(r + pl + ow, r + wq):
-                words[i] = 0.0
+            r = at + 4 * (pt + y) * wq
+            _zero(r, pl)
+            _zero(r + 4 * (pl + ow), wq - pl - ow)
 
 
 @jit(**_OPTS)
@@ -310,11 +307,7 @@ def _plane_task(p, like, data):  # type: ignore[no-untyped-def]
     """Piece ``p`` of a pair plane: ``step`` of its channel pairs (a pool task)."""
     job = parfor.job(data)
     cg2, step = (job[2] + 1) // 2, job[10]
-    _, nrows = phase_slots(job[13], job[14], job[11])
-    _, ncols = phase_slots(job[15], job[16], job[12])
-    shape = (nrows * ncols * cg2, job[6], job[7])
-    plane = parfor.array_at(job[5], shape, like).view(np.uint32)
-    _plane_part(job, plane, p * step, min(cg2, (p + 1) * step))
+    _plane_part(job, p * step, min(cg2, (p + 1) * step))
 
 
 parfor.export_task("bf16_plane", _plane_task)
@@ -350,7 +343,7 @@ def pair_plane(x, c0, cg, geometry, plane, src=_IMAGE):  # type: ignore[no-untyp
     if threads > 1 and not workpool.busy():
         parts = min(PIECES_PER_THREAD * threads, cg2, plane.size // PACK_SPLIT_MIN)
     if parts <= 1:
-        _plane_part(job, plane, 0, cg2)
+        _plane_part(job, 0, cg2)
     else:
         step = -(-cg2 // parts)
         job[10] = step

@@ -170,7 +170,7 @@ def _turned(job, c0, c1, y0, y1):  # type: ignore[no-untyped-def]
     that [c0, c1) may start and end at any panel (`_tile_start`); wider panels hold their tiles.
     Each tile summed into a scratch ``(positions, NR)``, then moved into the output's channel
     rows and ``act(C + bias + R)`` applied there while in cache (`tile_rows`)."""
-    wt, plane, table, k2, offs, npos = job[1], job[2], job[3], job[4], job[5], job[6]
+    wt, plane, table, k2, offs = job[1], job[2], job[3], job[4], job[5]
     og, out, ohw, bias, act, res = job[7], job[9], job[10], job[11], job[12], job[13]
     panel = job[15]
     first = y0 * job[22]  # the rows' positions: [first, first + npos)
