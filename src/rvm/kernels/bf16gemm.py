@@ -45,6 +45,7 @@ from rvm.kernels.gemmshape import LINE
 from rvm.kernels.jitting import alive, jit
 from rvm.kernels.microkernel import prefetch_l2
 from rvm.kernels.parfor import PIECES_PER_THREAD
+from rvm.kernels.vectors import first_lanes
 
 __all__ = [
     "CONV_SPLIT_MIN",
@@ -193,8 +194,7 @@ def _micro_codegen(kinds):  # type: ignore[no-untyped-def]
             one = builder.insert_element(undef, value, i32(0))
             return builder.shuffle_vector(one, undef, splat)
 
-        lane_ids = ir.Constant(ir.VectorType(i64, LANES), list(range(LANES)))
-        mask = builder.icmp_signed("<", lane_ids, broadcast(last, lane_ids.type))
+        mask = first_lanes(builder, last, LANES)
         whole = ir.Constant(masks, [1] * LANES)
 
         def halves(w):  # type: ignore[no-untyped-def]

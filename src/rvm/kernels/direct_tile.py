@@ -20,6 +20,7 @@ from numba.extending import intrinsic
 from rvm.kernels import nhwc
 from rvm.kernels.cpu import cpu
 from rvm.kernels.gemmshape import LANES, VECTORS
+from rvm.kernels.vectors import first_lanes
 
 __all__ = [
     "CHAINS",
@@ -149,8 +150,7 @@ def micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, 
             one = builder.insert_element(undef, value, i32(0))
             return builder.shuffle_vector(one, undef, splat)
 
-        lane_ids = ir.Constant(ir.VectorType(i64, LANES), list(range(LANES)))
-        mask = builder.icmp_signed("<", lane_ids, broadcast(last, lane_ids.type))
+        mask = first_lanes(builder, last, LANES)
         # Positions past ``rows`` read the last one's input (their sums are not stored).
         last_row = builder.sub(rows, i64(1))
 

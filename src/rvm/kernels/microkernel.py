@@ -26,6 +26,7 @@ from rvm.kernels.gemmshape import (
     VECTORS,
 )
 from rvm.kernels.jitting import jit
+from rvm.kernels.vectors import first_lanes
 
 __all__ = [
     "floats_at",
@@ -120,13 +121,12 @@ def _micro_typing(MR: int, padded: bool = False):  # type: ignore[no-untyped-def
             ``last`` lanes) for vectors of ``lanes`` floats."""
             vec = ir.VectorType(f32, lanes)
             vptr, masks, name = vec.as_pointer(), ir.VectorType(i1, lanes), f"v{lanes}f32"
-            ids = ir.Constant(ir.VectorType(i64, lanes), list(range(lanes)))
             return (
                 vec,
                 declare(vec, [vec] * 3, f"llvm.fma.{name}"),
                 declare(vec, [vptr, i32, masks, vec], f"llvm.masked.load.{name}.p0"),
                 declare(ir.VoidType(), [vec, vptr, i32, masks], f"llvm.masked.store.{name}.p0"),
-                builder.icmp_signed("<", ids, broadcast(last, ids.type)),
+                first_lanes(builder, last, lanes),
             )
 
         def broadcast(value, vtype):  # type: ignore[no-untyped-def]
@@ -402,7 +402,7 @@ def _wrapped_store(module: ir.Module) -> ir.Function:
         return builder.shuffle_vector(builder.insert_element(undef, value, i32(0)), undef, splat)
 
     lane_ids = ir.Constant(lanes_i64, list(range(LANES)))
-    tail = builder.icmp_signed("<", lane_ids, broadcast(last))
+    tail = first_lanes(builder, last, LANES)
     whole = ir.Constant(masks, [1] * LANES)
     gap = builder.sub(wrap, cols)
     # Vector by vector, piece by piece (an output row's lanes: a mask and a place), each row.

@@ -44,6 +44,7 @@ from rvm.kernels.qgemm import (
 from rvm.kernels.qgemm import _epilogue as _epilogue_record
 from rvm.kernels.qsplit import F32, I8, I32, I64, SPLIT_MIN, U8, pointer_at
 from rvm.kernels.qtile import LANES, MR, VNNI, _vpdpbusd
+from rvm.kernels.vectors import first_lanes
 
 __all__ = [
     "NR",
@@ -171,15 +172,10 @@ def _tile(builder: ir.IRBuilder, args: list, vectors: int, height: int) -> None:
         row = builder.select(builder.icmp_signed("<", i64(i), rows), i64(i), i64(0))
         word = builder.load(builder.gep(positions, [row]))
         starts.append(builder.gep(a_bytes, [builder.mul(word, i64(4))]))
-    lane_ids = ir.Constant(ir.VectorType(i64, LANES), list(range(LANES)))
 
     def channel_mask(j):  # type: ignore[no-untyped-def]
         """The lanes of vector ``j`` that are channels of the tile."""
-        left = builder.sub(cols, i64(j * LANES))
-        undef64 = ir.Constant(lane_ids.type, ir.Undefined)
-        bound = builder.shuffle_vector(builder.insert_element(undef64, left, i32(0)), undef64,
-                                       splat)  # fmt: skip
-        return builder.icmp_signed("<", lane_ids, bound)
+        return first_lanes(builder, builder.sub(cols, i64(j * LANES)), LANES)
 
     record = builder.inttoptr(epi, i64.as_pointer())
     acc = [[cgutils.alloca_once(builder, vec) for _ in range(vectors)] for _ in range(height)]
