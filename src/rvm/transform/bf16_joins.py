@@ -192,10 +192,13 @@ def _writers(
 def _may_write(conv: E.Expr, adds: Adds) -> bool:
     """Whether ``conv`` (a ``conv2d_bf16`` or another value) may write a pair plane: one
     group, none yet, and a residual only where the kernels add it as they store (``adds``:
-    `_adds` or `_adds_whole`; None: nowhere)."""
+    `_adds` or `_adds_whole`; None: nowhere). A prologue's affine is no residual (counted as
+    one, densenet121's 1 x 1s at 7 x 7, turned around, wrote float32 rows and each 3 x 3
+    after them built its plane from those)."""
     if not _is_conv(conv) or conv.attrs["groups"] != 1 or conv.attrs.get("plane"):
         return False
-    return len(conv.args) <= 3 or (adds is not None and adds(conv))
+    _, residual, _ = split_operands(conv.args[2:], conv.attrs.get("prologue", "none"))
+    return residual is None or (adds is not None and adds(conv))
 
 
 def _lines(writer: E.Call, readers: list[E.Call]) -> str:
