@@ -14,8 +14,9 @@ and the wake-ups of sleeping helpers a call (`rvm.kernels.workpool`); the host's
 the CPU time in ``/proc/stat`` over the series) and the process's transparent huge pages
 (``AnonHugePages``, MB). First ``--series`` series alone, before either runtime is imported,
 then ``--series`` more, each after two calls of ONNX Runtime (float32), OpenVINO's default
-and OpenVINO in float32. rvm's output is checked against ONNX Runtime's first (float32:
-1e-3 of its largest value; bf16: 3e-2, the bound of issue 29). Prints the table and writes
+and OpenVINO in float32. rvm's output is checked against ONNX Runtime's once its session
+exists, before those (float32: 1e-3 of its largest value; bf16: 3e-2, the bound of issue
+29); the series alone time the same function. Prints the table and writes
 ``benchmarks/results/beside_runtimes.json`` (``--name``) with the machine.
 """
 
