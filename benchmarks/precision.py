@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -208,9 +207,6 @@ def cnn(name: str, work: Path, count: int, repeat: int) -> dict:
 def bert(work: Path, count: int, repeat: int) -> dict:
     from transformer_models import export_bert
 
-    # this folder's transformers.py would shadow the package the export imports
-    here = Path(__file__).resolve().parent
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
     path = export_bert(work)
     rng = np.random.default_rng(0)
     feeds = []

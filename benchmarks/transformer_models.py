@@ -10,6 +10,7 @@ export is kept in ``workdir`` and reused when its file exists.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 
@@ -34,7 +35,15 @@ def missing_for_export(workdir: Path, arch: str, **config: int) -> list[str]:
 
     if _model_path(workdir, arch, config).exists():
         return []
+    _unshadow()
     return [m for m in EXPORT_MODULES if importlib.util.find_spec(m) is None]
+
+
+def _unshadow() -> None:
+    """Takes this folder off ``sys.path``: its ``transformers.py`` (a benchmark) would shadow
+    the package an export imports (and `missing_for_export` looks for)."""
+    here = Path(__file__).resolve().parent
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
 
 
 def _model_path(workdir: Path, arch: str, config: dict[str, int]) -> Path:
@@ -47,6 +56,7 @@ def _export(workdir: Path, arch: str, task: str, config: dict[str, int]) -> Path
     if model.exists():
         return model
     out, tag = model.parent, model.parent.name
+    _unshadow()
     import torch
     import transformers
     from optimum.exporters.onnx import main_export
