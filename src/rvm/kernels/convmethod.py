@@ -307,7 +307,17 @@ def winograd_bf16_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):  # type: i
     inception_v1's 96 -> 208, 112 -> 224 and 128 -> 256 on 13 x 13, and 64 -> 256 on 13 x 13
     (0.89 there, 1.58 before, the direct one kept). densenet121's 128 -> 32 on 56 x 56 read
     0.73-0.75 alone but 1.00 in the model (built both ways, taken in turns): its neighbours
-    then write and read float32, not the direct convolution's pair planes."""
+    then write and read float32, not the direct convolution's pair planes. Session 86, after
+    the turned kernels' gains (`rvm.kernels.bf16turned`), on maps under 196 tiles: alone
+    (`results/z4_s86_bf16_winograd.json`) Winograd's took 0.90-1.40 of the direct one's time
+    from 64 to 192 input channels (inception_v2's 14 x 14 layers, inception_v1's 13 x 13
+    ones; 192 -> 256 0.86), and 0.78-0.83 from 256 (alexnet's, resnet50's, zfnet512's); in
+    the models, each built both ways and taken in turns (two threads), the direct one took
+    0.80-0.97 of Winograd's on inception_v2's layers of 96 to 192 channels (it writes the
+    next convolution's pair plane) and 0.81-0.95 on inception_v1's, but 1.01-1.15 on
+    resnet50's 256 -> 256 and 1.07-1.28 on zfnet512's and vgg19's: the floor of input
+    channels on small maps is 256 (inception_v2 0.946-0.951 of its bf16 time, inception_v1
+    0.98-1.01)."""
     if not bf16gemm.DPBF16 or amx.AMX:  # AMX: the direct convolution's tiles (module doc)
         return False
     if not winograd_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):
@@ -318,7 +328,7 @@ def winograd_bf16_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):  # type: i
     return tiles >= WINOGRAD_BF16_TILES or c >= WINOGRAD_BF16_SMALL
 
 
-WINOGRAD_BF16_CHANNELS, WINOGRAD_BF16_SMALL, WINOGRAD_BF16_TILES = 64, 96, 196
+WINOGRAD_BF16_CHANNELS, WINOGRAD_BF16_SMALL, WINOGRAD_BF16_TILES = 64, 256, 196
 """`winograd_bf16_pays`' floors: the input and output channels, the input channels on small
 maps, and the tiles of a map not small (28 x 28 maps'), measured where bf16 dot products run
 (AVX-512: 16 lanes)."""
