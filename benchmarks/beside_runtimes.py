@@ -40,6 +40,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +126,9 @@ def series(fn: Any, calls: int) -> dict[str, float]:
     }
 
 
-def _rvm_call(path: Path, inputs: list[np.ndarray], out: int, precision: str) -> Any:
+def _rvm_call(
+    path: Path, inputs: list[np.ndarray], out: int, precision: str
+) -> tuple[Callable[..., Any], np.ndarray]:
     """rvm's ``main`` for the model (native mode), its output checked against rvm's NumPy
     kernels in float32 (before any other runtime is imported); (the function, its output)."""
     mod = rvm.from_onnx(str(path))
@@ -137,7 +140,9 @@ def _rvm_call(path: Path, inputs: list[np.ndarray], out: int, precision: str) ->
     return fn["main"], got
 
 
-def _others(path: Path, inputs: list[np.ndarray], out: int, got: np.ndarray, precision: str):
+def _others(
+    path: Path, inputs: list[np.ndarray], out: int, got: np.ndarray, precision: str
+) -> tuple[float, Callable[[], None]]:
     """(ONNX Runtime's session, OpenVINO's default and float32 requests) of the model, rvm's
     output ``got`` checked against ONNX Runtime's; returns (error, a function running each
     twice)."""
