@@ -184,9 +184,10 @@ def _worker(conn: Any, path: Path, inputs: list, out: int, precision: str, calls
 
 
 def _two_processes(a: argparse.Namespace, path: Path, inputs: list, out: int) -> tuple:
-    """(rows, error vs ORT): series in turns of two processes, rvm alone in one (ONNX Runtime
-    and OpenVINO never imported) and beside the others in the other, the first of each pair
-    alternating; one process waits while the other runs."""
+    """(rows, error vs ORT, beside over alone for each pair of adjacent series): series in
+    turns of two processes, rvm alone in one (ONNX Runtime and OpenVINO never imported) and
+    beside the others in the other, the first of each pair alternating; one process waits
+    while the other runs."""
     ctx = multiprocessing.get_context("spawn")
     pipes, procs = [], []
     for beside in (False, True):
@@ -198,29 +199,32 @@ def _two_processes(a: argparse.Namespace, path: Path, inputs: list, out: int) ->
         procs.append(proc)
     try:
         err = max(pipe.recv() for pipe in pipes)
-        rows = []
-        for i in range(2 * a.series):
-            which = (i + i // 2) % 2  # alone, beside, beside, alone, alone, beside...
-            pipes[which].send(True)
-            rows.append(("beside (own proc)" if which else "alone (own proc)", pipes[which].recv()))
+        rows, ratios = [], []
+        for i in range(a.series):  # a pair of adjacent series: alone first, then beside first
+            pair = {}
+            for which in (i % 2, 1 - i % 2):
+                pipes[which].send(True)
+                pair[which] = pipes[which].recv()
+                rows.append(("beside (own proc)" if which else "alone (own proc)", pair[which]))
+            ratios.append(pair[1]["wall_ms"] / pair[0]["wall_ms"])
     finally:
         for pipe, proc in zip(pipes, procs, strict=True):
             if proc.is_alive():
                 pipe.send(None)
             proc.join(60)
-    return rows, err
+    return rows, err, ratios
 
 
 def _one_process(a: argparse.Namespace, path: Path, inputs: list, out: int) -> tuple:
-    """(rows, error vs ORT): ``--series`` series alone, then as many after the others, in
-    this process."""
+    """(rows, error vs ORT, no pairs): ``--series`` series alone, then as many after the
+    others, in this process."""
     fn, got = _rvm_call(path, inputs, out, a.precision)
     rows = [("alone", series(lambda: fn(*inputs), a.calls)) for _ in range(a.series)]
     err, run_others = _others(path, inputs, out, got, a.precision)
     for _ in range(a.series):
         run_others()
         rows.append(("after the others", series(lambda: fn(*inputs), a.calls)))
-    return rows, err
+    return rows, err, []
 
 
 def main() -> None:
@@ -237,7 +241,7 @@ def main() -> None:
     if here not in sys.path:  # the export took it off (its transformers.py shadows the
         sys.path.append(here)  # package); the spawned processes import `common` from it
     run = _two_processes if a.processes == 2 else _one_process
-    rows, err = run(a, path, inputs, out)
+    rows, err, ratios = run(a, path, inputs, out)
     head = (
         f"{'series':18s} {'wall ms':>8s} {'proc CPU':>9s} {'own CPU':>8s} {'jobs':>6s} "
         f"{'wakes':>6s} {'faults':>7s} {'steal %':>8s} {'THP MB':>7s}"
@@ -255,9 +259,7 @@ def main() -> None:
         "medians of the series: "
         + ", ".join(f"{k} {statistics.median(v):.2f} ms" for k, v in walls.items())
     )
-    if a.processes == 2:  # series i and i + 1 (two adjacent ones of each process) paired
-        pairs = [rows[i + 1][1]["wall_ms"] / rows[i][1]["wall_ms"] for i in range(0, len(rows), 2)]
-        ratios = [r if rows[2 * j][0].startswith("alone") else 1 / r for j, r in enumerate(pairs)]
+    if ratios:  # two processes: each pair of adjacent series, beside over alone
         each = " ".join(f"{r:.2f}" for r in ratios)
         median = statistics.median(ratios)
         lines.append(f"beside / alone, adjacent series paired: median {median:.3f} ({each})")
