@@ -38,13 +38,14 @@ from numba.extending import intrinsic
 
 from rvm.kernels import amx
 from rvm.kernels.bf16words import DPBF16, LANES, BFloat, pair_bits, run_bits
-from rvm.kernels.blockout import block_out
+from rvm.kernels.blockout import block_out, whole_runs
 from rvm.kernels.cpu import target_features as _target_features
 from rvm.kernels.epilogue import tile_rows
 from rvm.kernels.gemmshape import LINE
 from rvm.kernels.jitting import alive, jit
-from rvm.kernels.microkernel import prefetch_l2
+from rvm.kernels.microkernel import ints_at, prefetch_l2
 from rvm.kernels.parfor import PIECES_PER_THREAD
+from rvm.kernels.tileout import tile_words
 from rvm.kernels.vectors import first_lanes
 
 __all__ = [
@@ -142,7 +143,24 @@ def _make_micro(kinds: list[tuple[int, int, int]]):  # type: ignore[no-untyped-d
     return kernel
 
 
-def _micro_codegen(kinds):  # type: ignore[no-untyped-def]
+@intrinsic
+def micro_out(
+    typingctx, kc2, a, lda, b, table, c, accumulate, rows, vectors, last, to, bias, relu, i0, j0
+):  # type: ignore[no-untyped-def]
+    """`micro`'s B-indexed tile (a direct convolution's: B's pair rows through the tap table
+    at ``table``) whose sums go from its registers where the `rvm.kernels.blockout.BLOCK_OUT`
+    record at ``to`` says, as `rvm.kernels.blockout.block_out` puts a block out, for a tile of
+    output channels ``i0`` on (even) at the run's positions ``j0`` on: each two rows' sums (C's
+    rows added first where ``accumulate``: the earlier depth blocks'), plus their channels'
+    biases (at ``bias``; 0: none), plus a pair plane's residual (the record's kind 2; 0: none),
+    ReLU'd where ``relu`` (`rvm.kernels.bf16words.finish_sums`), rounded into the output pair
+    plane's words (`pair_bits`). Only where the output and the residual are pair planes whose
+    rows are the run's (`puts_out`): no float32 sums go through L1 and back."""
+    sig, codegen = _micro_codegen([(v, 1, MR) for v in range(1, VECTORS + 1)], put=True)
+    return sig, codegen
+
+
+def _micro_codegen(kinds, put=False):  # type: ignore[no-untyped-def]
     """``C[:rows, :width] (+)= A[:rows] @ B`` over ``kc2`` pairs, ``width = (vectors - 1) *
     LANES + last``. B's pair row ``s`` starts ``ldb * s`` words after ``b``, or, ``indexed``,
     ``table[s]`` words after it, ``ldb`` being the int64 table's address (a convolution's
@@ -157,10 +175,16 @@ def _micro_codegen(kinds):  # type: ignore[no-untyped-def]
     the other loops read B's vectors adjacent (``bstep`` `LANES`, as `band` passes). One loop
     per (vector count, indexed, rows), chosen by a switch: each keeps its accumulators in
     registers."""
-    sig = nt.void(*(nt.int64,) * 14)
+    sig = nt.void(*(nt.int64,) * (15 if put else 14))
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        kc2, a, lda, b, ldb, indexed, c, ldc, accumulate, rows, vectors, last, offs, bstep = args
+        if put:  # `micro_out`: B-indexed, C's rows `NR` floats apart, no offsets
+            kc2, a, lda, b, ldb, c, accumulate, rows, vectors, last = args[:10]
+            indexed, ldc, offs, bstep = ir.IntType(64)(1), ir.IntType(64)(NR), None, None
+            where = args[10:]  # to, bias, relu, i0, j0
+        else:
+            kc2, a, lda, b, ldb, indexed, c, ldc, accumulate, rows, vectors, last, offs = args[:13]
+            bstep = args[13]
         i1, i32, i64, f32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
         vec, words = ir.VectorType(f32, LANES), ir.VectorType(i32, LANES)
         masks, module = ir.VectorType(i1, LANES), builder.module
@@ -181,7 +205,7 @@ def _micro_codegen(kinds):  # type: ignore[no-untyped-def]
         ap = builder.inttoptr(a, i32.as_pointer())
         table = builder.inttoptr(ldb, i64.as_pointer())
         table_a = builder.inttoptr(lda, i64.as_pointer())
-        offsets = builder.inttoptr(offs, i64.as_pointer())
+        offsets = None if offs is None else builder.inttoptr(offs, i64.as_pointer())
         bp = builder.inttoptr(b, i32.as_pointer())
         cp = builder.inttoptr(c, f32.as_pointer())
         zero, zero_w, align = ir.Constant(vec, None), ir.Constant(words, None), i32(4)
@@ -279,6 +303,23 @@ def _micro_codegen(kinds):  # type: ignore[no-untyped-def]
                                 value = builder.fadd(old, value)
                             builder.call(masked_store, [value, at, align, lanes])
 
+            def summed(i, j, adding):  # type: ignore[no-untyped-def]
+                """Row ``i``'s vector ``j`` of sums, C's added where ``adding``."""
+                value = builder.load(acc[i][j])
+                if not adding:
+                    return value
+                at = builder.gep(cp, [builder.add(builder.mul(ldc, i64(i)), i64(j * LANES))])
+                lanes = mask if j == vectors - 1 else whole
+                old = builder.call(masked_load, [builder.bitcast(at, vptr), align, lanes, zero])
+                return builder.fadd(old, value)
+
+            if put:  # `micro_out`: the sums from the registers into pair-plane words
+                adding = builder.icmp_signed("!=", accumulate, i64(0))
+                for flag in (True, False):
+                    with builder.if_then(adding if flag else builder.not_(adding)):
+                        tile_words(builder, lambda i, j, flag=flag: summed(i, j, flag),
+                                   (height, vectors, rows), (whole, mask), where)  # fmt: skip
+                return
             with builder.if_else(builder.icmp_signed("!=", accumulate, i64(0))) as (add, write):
                 with add:
                     store(True)
@@ -457,14 +498,15 @@ def walk_out(a, lda, m0, m1, b, table, n, k2, bias, act, to):  # type: ignore[no
     """Rows [m0, m1) of a direct convolution's sums ``A @ B`` over ``k2`` pairs (B's pair rows
     through the tap table at ``table`` into the plane's words at ``b``, as `walk`'s indexed
     mode reads them), put where the `rvm.kernels.blockout.BLOCK_OUT` record at ``to`` says
-    tile by tile: each tile summed over the whole depth into a scratch in L1, then from there
-    into the output with its bias (at ``bias``, 0: none), residual and ReLU in one pass
-    (`rvm.kernels.blockout.block_out`; another activation applied to the tile first), so
-    the float32 sums never leave L1. `walk` instead writes C's rows, band by band, and the
-    direct convolution then rounds them into the next pair plane or copies them out of wider
-    rows in passes of their own. A band's tiles in turn, each over its depth blocks."""
+    tile by tile, with its bias (at ``bias``, 0: none), residual and ReLU: from the tile's
+    registers where `puts_out` (`micro_out`), else summed over the depth into a scratch in L1
+    and put out from there in one pass (`rvm.kernels.blockout.block_out`; another activation
+    applied to the tile first); the float32 sums never leave L1. `walk` instead writes C's
+    rows, band by band, and the direct convolution rounds them into the next pair plane or
+    copies them out of wider rows in passes of their own. A band's tiles in turn."""
     room = np.empty(MR * NR + LANES, np.float32)
     edge = (room.ctypes.data + 63) // 64 * 64  # a tile's rows on whole lines
+    fused = puts_out(to, act)
     for i0 in range(m0, m1, MR):
         rows = min(MR, m1 - i0)
         a_band = a + 4 * i0 * lda
@@ -476,13 +518,32 @@ def walk_out(a, lda, m0, m1, b, table, n, k2, bias, act, to):  # type: ignore[no
             vectors = (cols + LANES - 1) // LANES
             last = cols - (vectors - 1) * LANES
             for p0 in range(0, k2, KC2):
-                micro(min(KC2, k2 - p0), a_band + 4 * p0, lda, b + 4 * j0, table + 8 * p0, 1,
-                      edge, NR, 1 if p0 > 0 else 0, rows, vectors, last, 0, LANES)  # fmt: skip
+                if fused and p0 + KC2 >= k2:
+                    micro_out(k2 - p0, a_band + 4 * p0, lda, b + 4 * j0, table + 8 * p0, edge,
+                              1 if p0 > 0 else 0, rows, vectors, last, to, bias,
+                              1 if act == 1 else 0, i0, j0)  # fmt: skip
+                else:
+                    micro(min(KC2, k2 - p0), a_band + 4 * p0, lda, b + 4 * j0,
+                          table + 8 * p0, 1, edge, NR, 1 if p0 > 0 else 0, rows, vectors,
+                          last, 0, LANES)  # fmt: skip
+            if fused:
+                j0 += cols
+                continue
             if act > 1:
                 tile_rows(edge, NR, rows, cols, bias + 4 * i0 if bias != 0 else 0, act, 0)
             block_out(edge, NR, rows, cols, i0, j0, to, 0 if act > 1 else bias, act == 1)
             j0 += cols
     alive(room)
+
+
+@jit(inline="always", **_OPTS)
+def puts_out(to, act):  # type: ignore[no-untyped-def]
+    """Whether `walk_out`'s tiles go out from their registers (`micro_out`) by the
+    `rvm.kernels.blockout.BLOCK_OUT` record at ``to``: a pair plane out and, if any, a pair
+    plane's residual, each with rows as wide as the run's, and at most a ReLU. Else through
+    L1 (`block_out`)."""
+    desc = ints_at(to)
+    return act <= 1 and desc[0] == 0 and (desc[6] == 0 or desc[6] == 2) and whole_runs(desc)
 
 
 @jit(inline="always", **_OPTS)

@@ -30,6 +30,7 @@ __all__ = [
     "NO_RESIDUAL",
     "BFloat",
     "converted",
+    "finish_sums",
     "move_words",
     "pair_bits",
     "pair_words",
@@ -120,6 +121,28 @@ def pair_halves(builder: ir.IRBuilder, words: ir.Value) -> tuple[ir.Value, ir.Va
     low = builder.shl(words, ir.Constant(i32, [16] * lanes))
     high = builder.and_(words, ir.Constant(i32, [-65536] * lanes))  # 0xFFFF0000
     return builder.bitcast(low, f32), builder.bitcast(high, f32)
+
+
+def finish_sums(
+    builder: ir.IRBuilder,
+    sums: list[ir.Value],
+    biases: list[ir.Value],
+    with_bias: ir.Value,
+    more: list[ir.Value] | None,
+    with_relu: ir.Value,
+) -> list[ir.Value]:
+    """Float32 sum vectors as a convolution's epilogue ends them, in this order: each plus
+    its bias where ``with_bias`` (an i1; not adding 0 elsewhere: -0.0 stays), plus the
+    residual ``more`` (None: none), then ReLU'd where ``with_relu`` (an i1), each step
+    rounded to float32 as the float32 epilogue's (`rvm.kernels.epilogue.tile_rows`)."""
+    zero = ir.Constant(sums[0].type, None)
+    sums = [builder.select(with_bias, builder.fadd(s, b), s) for s, b in zip(sums, biases)]
+    if more is not None:
+        sums = [builder.fadd(s, r) for s, r in zip(sums, more)]
+    return [
+        builder.select(with_relu, builder.select(builder.fcmp_ordered("<", s, zero), zero, s), s)
+        for s in sums
+    ]
 
 
 def _three_ways(builder: ir.IRBuilder, value: ir.Value, cases: tuple, emit: tuple) -> None:
@@ -266,18 +289,7 @@ def sum_words(typingctx, lo, hi, out, out_hi, n, pair, shifts, flags, res):  # t
 
         def vector(residual, offset, mask):  # type: ignore[no-untyped-def]
             sums = [v.load(builder.add(src, offset), v.f32, mask) for src in (lo, hi)]
-            sums = [builder.select(with_bias, builder.fadd(s, b), s) for s, b in zip(sums, biases)]
-            more = residual(offset, mask)
-            if more is not None:
-                sums = [builder.fadd(s, r) for s, r in zip(sums, more)]
-            sums = [
-                builder.select(
-                    with_relu,
-                    builder.select(builder.fcmp_ordered("<", s, zero), zero, s),
-                    s,
-                )
-                for s in sums
-            ]  # fmt: skip
+            sums = finish_sums(builder, sums, biases, with_bias, residual(offset, mask), with_relu)
             with builder.if_else(floats_out) as (as_floats, as_words):
                 with as_floats:
                     v.store(sums[0], builder.add(out, offset), mask)

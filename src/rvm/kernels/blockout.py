@@ -12,7 +12,7 @@ from rvm.kernels.bf16words import sum_words
 from rvm.kernels.jitting import jit
 from rvm.kernels.microkernel import floats_at, ints_at
 
-__all__ = ["BLOCK_OUT", "POSITIONS", "block_out"]
+__all__ = ["BLOCK_OUT", "POSITIONS", "block_out", "whole_runs"]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
@@ -29,6 +29,15 @@ _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 # such a plane's, no float32 one).
 BLOCK_OUT = 10
 POSITIONS = 3  # neither an output's kind (0, 1) nor a residual's (0, 1, 2)
+
+
+@jit(inline="always", **_OPTS)
+def whole_runs(desc):  # type: ignore[no-untyped-def]
+    """Whether a `BLOCK_OUT` record's (``desc``: its int64 fields) output and residual have
+    rows as wide as the walk's positions a row: a block's positions then make one run in each,
+    whatever the block."""
+    wp, ow, kind = desc[4], desc[5], desc[6]
+    return wp == ow and desc[3] == ow and (kind == 0 or desc[9] == ow)
 
 
 @jit(**_OPTS)
@@ -49,7 +58,7 @@ def block_out(edge, ld, rows, cols, i0, j0, to, bias, relu):  # type: ignore[no-
     zero = np.float32(0.0)
     # `sum_words`' bias, ReLU and float32 out
     flags = (1 if bias != 0 else 0) | (2 if relu else 0) | (4 if floats else 0)
-    whole = wp == ow and row_out == ow and (kind == 0 or row_res == ow)
+    whole = whole_runs(desc)
     # the first run's row and column once a block, not once a pair of channels
     y0, x0 = (0, 0) if whole else (j0 // wp, j0 % wp)
     for r in range(0, rows, 2):
