@@ -225,3 +225,38 @@ def test_layouts_the_type_rule_refuses() -> None:
         call = op.conv2d_bf16(w=const(np.zeros((32, 288), np.int16)), **attrs, **changes)
         with pytest.raises(IRError, match=message):
             infer_type(call)
+
+
+@pytest.mark.parametrize("rows, cols", [(16, 16), (5, 11), (16, 3), (1, 1)])
+def test_word_blocks_turned(rows: int, cols: int) -> None:
+    """The two block turns on vectors (`rvm.kernels.vectors.VectorIR.turn`'s shuffles): AMX's
+    (`amxconv._turn`, 16 x 16 words written, 0 past the block's) and the turned convolution's
+    (`bf16turned._turn_words`, a block of at most `LANES` x `LANES`: nothing past it written).
+    Both are plain vector code, run here on any CPU."""
+    from numba import njit
+
+    from rvm.kernels.amxconv import _turn
+    from rvm.kernels.bf16turned import _turn_words
+    from rvm.kernels.bf16words import LANES
+
+    @njit
+    def amx_turn(src, dst, rows, cols):  # type: ignore[no-untyped-def]
+        _turn(src.ctypes.data, 4 * src.shape[1], rows, cols, dst.ctypes.data, 4 * dst.shape[1])
+
+    @njit
+    def words_turn(src, dst, rows, cols):  # type: ignore[no-untyped-def]
+        _turn_words(src.ctypes.data, 4 * src.shape[1], rows, cols, dst.ctypes.data,
+                    4 * dst.shape[1])  # fmt: skip
+
+    src = np.arange(20 * 20, dtype=np.int32).reshape(20, 20)
+    dst = np.full((16, 20), -1, np.int32)
+    amx_turn(src, dst, rows, cols)
+    want = np.zeros((16, 16), np.int32)
+    want[:cols, :rows] = src[:rows, :cols].T
+    np.testing.assert_array_equal(dst[:, :16], want)
+    rows, cols = min(rows, LANES), min(cols, LANES)
+    dst = np.full((LANES, 20), -1, np.int32)
+    words_turn(src, dst, rows, cols)
+    want = np.full((LANES, 20), -1, np.int32)
+    want[:cols, :rows] = src[:rows, :cols].T
+    np.testing.assert_array_equal(dst, want)

@@ -55,6 +55,7 @@ from rvm.kernels.gemmshape import BLOCK_BYTES
 from rvm.kernels.jitting import alive, jit
 from rvm.kernels.microkernel import ints_at, prefetch_l2
 from rvm.kernels.planes import copy
+from rvm.kernels.vectors import VectorIR
 
 __all__ = ["rows_of", "walk"]
 
@@ -114,9 +115,8 @@ def _block(typingctx, a0, a1, lda, a_steps, b, steps, c, tall, wide, soon, soon_
 def _turn(typingctx, src, src_row, rows, cols, dst, dst_row):  # type: ignore[no-untyped-def]
     """16 x 16 32-bit words turned: row ``i`` of the words at ``dst`` (rows ``dst_row`` bytes
     apart) is column ``i`` of the ``rows`` x ``cols`` at ``src`` (rows ``src_row`` bytes
-    apart), 0 past them (masked loads: nothing past them is read); int64 addresses. Four
-    rounds of 16 two-vector shuffles, each swapping the off-diagonal blocks of every 2b x 2b
-    block (b = 8, 4, 2, 1)."""
+    apart), 0 past them (masked loads: nothing past them is read); int64 addresses; turned by
+    `rvm.kernels.vectors.VectorIR.turn`."""
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         src, src_row, rows, cols, dst, dst_row = args
@@ -138,22 +138,7 @@ def _turn(typingctx, src, src_row, rows, cols, dst, dst_row):  # type: ignore[no
             at = builder.inttoptr(builder.add(src, builder.mul(src_row, _I64(i))), wptr)
             mask = builder.select(builder.icmp_signed(">", rows, _I64(i)), inside, none)
             loaded.append(builder.call(masked, [at, _I32(4), mask, zeros]))
-        b = TILE // 2
-        while b >= 1:
-            low = ir.Constant(
-                ir.VectorType(_I32, TILE), [j if not j & b else TILE + j - b for j in range(TILE)]
-            )
-            high = ir.Constant(
-                ir.VectorType(_I32, TILE), [j + b if not j & b else TILE + j for j in range(TILE)]
-            )
-            turned = list(loaded)
-            for r in range(TILE):
-                if not r & b:
-                    x, y = loaded[r], loaded[r + b]
-                    turned[r] = builder.shuffle_vector(x, y, low)
-                    turned[r + b] = builder.shuffle_vector(x, y, high)
-            loaded = turned
-            b //= 2
+        loaded = VectorIR(builder, TILE).turn(loaded)
         for i in range(TILE):
             at = builder.add(dst, builder.mul(dst_row, _I64(i)))
             builder.store(loaded[i], builder.inttoptr(at, wptr), align=4)

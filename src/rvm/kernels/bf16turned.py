@@ -25,6 +25,9 @@ image after the pieces took 13-19 us of a 14 x 14 layer's 165 at two threads (Ze
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
+from numba import types as nt
+from numba.extending import intrinsic
 
 from rvm.kernels import amx, parfor, workpool
 from rvm.kernels.bf16gemm import (
@@ -41,7 +44,7 @@ from rvm.kernels.bf16gemm import (
 from rvm.kernels.bf16planes import rows_to_pairs
 from rvm.kernels.epilogue import tile_rows
 from rvm.kernels.jitting import alive, jit
-from rvm.kernels.microkernel import floats_at
+from rvm.kernels.vectors import VectorIR
 
 __all__ = ["TURN_GAIN", "position_tiles", "turned_group", "turned_panel"]
 
@@ -158,6 +161,32 @@ def _tile_start(i, og, short):  # type: ignore[no-untyped-def]
     return min(og, NR * min(i, full) + 2 * LANES * max(0, i - full))
 
 
+@intrinsic
+def _turn_words(typingctx, src, src_row, rows, cols, dst, dst_row):  # type: ignore[no-untyped-def]
+    """A block of at most `LANES` x `LANES` 32-bit words turned: row ``i < cols`` at ``dst``
+    (rows ``dst_row`` bytes apart) gets its first ``rows`` words from column ``i`` of the
+    ``rows`` x ``cols`` words at ``src`` (rows ``src_row`` bytes apart); nothing else is read
+    or written (masked loads and stores); int64 addresses."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        src, src_row, rows, cols, dst, dst_row = args
+        v = VectorIR(builder, LANES)
+        across, down = v.first(cols), v.first(rows)
+        none = ir.Constant(v.masks, [0] * LANES)
+        loaded = []
+        for i in range(LANES):
+            at = builder.add(src, builder.mul(src_row, ir.Constant(src_row.type, i)))
+            inside = builder.icmp_signed(">", rows, ir.Constant(rows.type, i))
+            loaded.append(v.load(at, v.i32, builder.select(inside, across, none)))
+        for i, word_row in enumerate(v.turn(loaded)):
+            at = builder.add(dst, builder.mul(dst_row, ir.Constant(dst_row.type, i)))
+            inside = builder.icmp_signed(">", cols, ir.Constant(cols.type, i))
+            v.store(word_row, at, builder.select(inside, down, none))
+        return context.get_dummy_value()
+
+    return nt.void(*(nt.int64,) * 6), codegen
+
+
 @jit(**_OPTS)
 def _turned(job, c0, c1, y0, y1):  # type: ignore[no-untyped-def]
     """Output channels [c0, c1) by output rows [y0, y1) of a turned job (`_TURNED_JOB`): ``C.T =
@@ -177,8 +206,6 @@ def _turned(job, c0, c1, y0, y1):  # type: ignore[no-untyped-def]
     npos = (y1 - y0) * job[22]
     room = np.empty(npos * NR, dtype=np.float32)  # the scratch
     ct = room.ctypes.data
-    scratch = floats_at(ct)
-    dst = floats_at(out)
     tiles, full = _tiles(npos)
     span = panel == LANES and og % LANES == 0  # panels of LANES channels, all full
     j0 = c0
@@ -204,10 +231,11 @@ def _turned(job, c0, c1, y0, y1):  # type: ignore[no-untyped-def]
                              1 if p0 else 0, rows, vectors, last, offs + 8 * (first + i0),
                              bstep)  # fmt: skip
                 i0 += rows
-        for o in range(cols):
-            d = (j0 + o) * ohw + first
-            for i in range(npos):
-                dst[d + i] = scratch[i * NR + o]
+        for i0 in range(0, npos, LANES):  # the sums turned into channel rows, a block a time
+            for o0 in range(0, cols, LANES):
+                _turn_words(ct + 4 * (i0 * NR + o0), 4 * NR, min(LANES, npos - i0),
+                            min(LANES, cols - o0), out + 4 * ((j0 + o0) * ohw + first + i0),
+                            4 * ohw)  # fmt: skip
         if bias != 0 or act != 0 or res != 0:
             at_bias = bias + 4 * j0 if bias != 0 else 0
             at_res = res + 4 * (j0 * ohw + first) if res != 0 else 0

@@ -4,8 +4,9 @@
 or i32, float64 too): declaring LLVM intrinsics once per module (`declare`), splatting a scalar
 (`broadcast`), the mask of the first ``n`` lanes (`first`), masked loads and stores of either
 element type (`load`, `store`), masked loads of lanes a stride apart (`gather`; 2 apart by
-shuffles: `evens`), and float32 -> bf16 rounding of a vector (`bf16_bits`: ties to even, a
-NaN a quiet NaN, in integer operations any vector ISA has). Addresses are int64 values, as
+shuffles: `evens`), a square of vectors turned (`turn`), and float32 -> bf16 rounding of a
+vector (`bf16_bits`: ties to even, a NaN a quiet NaN, in integer operations any vector ISA
+has). Addresses are int64 values, as
 the kernels pass them.
 """
 
@@ -123,6 +124,27 @@ class VectorIR:
         name = f"llvm.masked.store.{self._suffix(vtype)}.p0"
         fn = self.declare(ir.VoidType(), [vtype, vtype.as_pointer(), I32, self.masks], name)
         self.builder.call(fn, [value, self.pointer(address, vtype), I32(_bytes(vtype)), mask])
+
+    def turn(self, rows: list[ir.Value]) -> list[ir.Value]:
+        """``lanes`` vectors of 32-bit lanes (rows of a square) turned: vector ``i`` of the
+        result is lane ``i`` of each row in turn. log2(lanes) rounds of shuffles, each swapping
+        the off-diagonal blocks of every 2b x 2b block (b = lanes / 2, ..., 1): 64 two-vector
+        shuffles for 16 x 16."""
+        b, lanes = self.builder, self.lanes
+        assert len(rows) == lanes and lanes & (lanes - 1) == 0, (len(rows), lanes)
+        half = lanes // 2
+        while half >= 1:
+            low = [j if not j & half else lanes + j - half for j in range(lanes)]
+            high = [j + half if not j & half else lanes + j for j in range(lanes)]
+            turned = list(rows)
+            for r in range(lanes):
+                if not r & half:
+                    pair = rows[r], rows[r + half]
+                    turned[r] = b.shuffle_vector(*pair, ir.Constant(self.i32, low))
+                    turned[r + half] = b.shuffle_vector(*pair, ir.Constant(self.i32, high))
+            rows = turned
+            half //= 2
+        return rows
 
     def constant(self, value: int) -> ir.Constant:
         """An i32 vector of ``value`` in every lane."""
