@@ -146,7 +146,9 @@ def pair_rows(x, out):  # type: ignore[no-untyped-def]
     rows, k2 = x.shape[0], out.shape[1]
     threads, parts = parfor.threads(), 1
     if threads > 1 and not workpool.busy():
-        parts = min(PIECES_PER_THREAD * threads, rows, rows * k2 // PACK_SPLIT_MIN)
+        parts = parfor.even(
+            min(PIECES_PER_THREAD * threads, rows, rows * k2 // PACK_SPLIT_MIN), threads
+        )
     step = -(-rows // max(1, parts))
     job = np.empty(_ROWS_JOB, dtype=np.int64)
     job[0], job[1], job[2], job[3] = _ROWS_JOB, x.ctypes.data, x.strides[0], x.shape[1]
@@ -192,7 +194,9 @@ def gemm(like, a, lda, b, c, ldc, m, n, k2):  # type: ignore[no-untyped-def]
     threads = parfor.threads()
     parts = 1
     if threads > 1 and not workpool.busy():
-        parts = min(PIECES_PER_THREAD * threads, (m * n * 2 * k2) // SPLIT_MIN)
+        parts = parfor.even(
+            min(PIECES_PER_THREAD * threads, (m * n * 2 * k2) // SPLIT_MIN), threads
+        )
     if parts <= 1:
         gemm_bf16(a, lda, b, c, ldc, m, n, k2, False)
         return
@@ -261,7 +265,7 @@ def _gemv(xw, w, out):  # type: ignore[no-untyped-def]
     threads = parfor.threads()
     parts = 1
     if threads > 1 and not workpool.busy():
-        parts = min(PIECES_PER_THREAD * threads, (n * kp) // GEMV_SPLIT_MIN)
+        parts = parfor.even(min(PIECES_PER_THREAD * threads, (n * kp) // GEMV_SPLIT_MIN), threads)
     if parts <= 1:
         _gemv_rows(xw, w, out, 0, n)
         return

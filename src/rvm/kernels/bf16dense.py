@@ -117,7 +117,7 @@ def _cut(m, k2, n, panel):  # type: ignore[no-untyped-def]
     work = m * n * k2
     if threads < 2 or work < 2 * SPLIT_MIN or workpool.busy():
         return 1, panels, True
-    parts = min(PIECES_PER_THREAD * threads, work // SPLIT_MIN)
+    parts = parfor.even(min(PIECES_PER_THREAD * threads, work // SPLIT_MIN), threads)
     if amx.AMX:  # a piece per thread: each piece's walk reads its A once a block of columns
         parts = min(parts, threads)
     if panels >= parts or m < 2 * MR * threads:

@@ -341,7 +341,9 @@ def pair_plane(x, c0, cg, geometry, plane, src=_IMAGE):  # type: ignore[no-untyp
     threads = parfor.threads()
     parts = 1
     if threads > 1 and not workpool.busy():
-        parts = min(PIECES_PER_THREAD * threads, cg2, plane.size // PACK_SPLIT_MIN)
+        parts = parfor.even(
+            min(PIECES_PER_THREAD * threads, cg2, plane.size // PACK_SPLIT_MIN), threads
+        )
     if parts <= 1:
         _plane_part(job, 0, cg2)
     else:
