@@ -323,6 +323,40 @@ def test_pair_plane_out_in_pieces(panel: int, o: int, blas_threads: int) -> None
     np.testing.assert_array_equal(plane.view(np.uint32), want)
 
 
+@pytest.mark.parametrize("s", [20, 28])
+@pytest.mark.parametrize("o", [2 * bf16gemm.NR + 3, 64])
+@pytest.mark.parametrize("residual", [False, True], ids=["none", "plane"])
+def test_one_by_one_into_a_padded_plane(s: int, o: int, residual: bool, blas_threads: int) -> None:
+    """A 1 x 1 writing a 3 x 3's padded pair plane (its rows wider than the image's: each
+    tile's runs of positions go out row by row, `rvm.kernels.blockout.block_out`), with ReLU
+    and, or not, a residual pair plane laid out as that plane, at one and two threads: every
+    word is the float32 output's rounded, the padding's words 0."""
+    rng = np.random.default_rng(o + s)
+    c = 64
+    x = rng.standard_normal((1, c, s, s)).astype(np.float32)
+    w = bf16_bits(conv_pairs(rng.standard_normal((o, c, 1, 1)).astype(np.float32) / 8))
+    w = w.view(np.int16)
+    bias = rng.standard_normal(o).astype(np.float32)
+    relu = ACTIVATIONS.index("relu")
+    wq = bf16planes.pair_width(s, s, 1, 3, 1, 1)
+    shape = (1, (o + 1) // 2, s + 3, wq)
+    image = rng.standard_normal((1, o, s, s)).astype(np.float32)
+    r_plane = np.ascontiguousarray(pair_plane(image, 1, 1, *shape[2:]).view(np.float32))
+    r_image = plane_image(r_plane, o, s, s, 1, 1) if residual else np.empty(0, np.float32)
+    res, rof = (r_plane, (1, 1, 1)) if residual else (np.empty(0, np.float32), (0, 0, 0))
+
+    def conv(out, res, to=(0, 0, 0, 0), rof=(0, 0, 0)):  # type: ignore[no-untyped-def]
+        bf16_conv2d(x, w, out, 1, 1, 1, 1, 1, 0, 0, 1, 1, bias, relu, res, 0, to,
+                    (0, 0, 0), (0, 0), 0, rof)  # fmt: skip
+        return out
+
+    y = conv(np.empty((1, o, s, s), np.float32), r_image if residual else NO_RES)
+    plane = conv(np.full(shape, np.nan, np.float32), res if residual else NO_RES, (1, 1, s, s), rof)
+    np.testing.assert_array_equal(
+        plane.view(np.int32), pair_plane(y, 1, 1, *shape[2:]).view(np.int32)
+    )
+
+
 @pytest.mark.parametrize("k", [1, 3])
 @pytest.mark.parametrize("o", [64, 2 * bf16gemm.NR + 3])
 @pytest.mark.parametrize("act", ["none", "relu", "gelu"])
