@@ -735,6 +735,8 @@ def test_large_gemv_in_pieces(blas_threads: int) -> None:
         (1, 64, 7, 7, 512, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # turned: 8 tiles of 48, 4 of 32
         (1, 96, 13, 13, 208, 3, 3, 1, (1, 1, 1, 1), 1, 1),  # turned: 1 tile of 48, 5 of 32
         (1, 64, 14, 14, 200, 1, 1, 1, (0, 0, 0, 0), 1, 1),  # turned: panels not all full
+        (1, 1024, 1, 1, 1000, 1, 1, 1, (0, 0, 0, 0), 1, 1),  # one position: in pieces by its
+        # weight's bytes (`conv_pieces`: densenet121's classifier)
     ],
 )
 @pytest.mark.parametrize("spanning", [False, True], ids=["nr-panels", "lanes-panels"])
@@ -743,11 +745,19 @@ def test_large_convolutions_in_pieces(case: tuple, spanning: bool, blas_threads:
     too, the cases at 7 x 7 to 14 x 14, with a bias, a residual and ReLU: the weight in
     panels of `NR` channels, or of `LANES`, tiles then spanning panels where the channels
     fill them and cut for the threads into whole tiles, `bf16turned._short_tiles`)."""
-    turned = case[2] in (7, 13, 14)
+    turned = case[2] in (1, 7, 13, 14)
     if spanning and not turned:
         pytest.skip("the direct method has no panels")
     panel = (bf16gemm.LANES if spanning else bf16gemm.NR) if turned else 0
     _conv(case, seed=8, with_bias=turned, act=int(turned), res=turned, panel=panel)
+
+
+def test_convolution_pieces_count_each_weight_pair_used_at_least_16_times() -> None:
+    """A convolution over few positions is cut by its weight's bytes (`conv_pieces`): one
+    position counts as `WEIGHT_USES`, more as themselves."""
+    pieces, uses = bf16gemm.conv_pieces.py_func, bf16gemm.WEIGHT_USES
+    assert pieces(1000, 1, 512) == pieces(1000, uses, 512) >= bf16gemm.PIECES_PER_THREAD * 2
+    assert pieces(32, 49, 576) == 32 * 49 * 576 // bf16gemm.CONV_SPLIT_MIN
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3, 4])

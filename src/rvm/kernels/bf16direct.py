@@ -12,10 +12,10 @@ import numpy as np
 from rvm.kernels import amx, amxconv, parfor, workpool
 from rvm.kernels.bf16gemm import (
     BLOCK_BYTES,
-    CONV_SPLIT_MIN,
     MR,
     NR,
     PIECES_PER_THREAD,
+    conv_pieces,
     piece_grid,
     walk,
     walk_out,
@@ -207,7 +207,7 @@ def direct(like, job, og, oh, k2):  # type: ignore[no-untyped-def]
     threads = parfor.threads()
     parts = 1
     if threads > 1 and not workpool.busy():
-        parts = min(PIECES_PER_THREAD * threads, (og * oh * job[8] * k2) // CONV_SPLIT_MIN)
+        parts = min(PIECES_PER_THREAD * threads, conv_pieces(og, oh * job[8], k2))
     # a plane larger than L2 is cut along rows first (each piece's rows stay there while
     # every band of channels walks them), a small one along channels first
     unit = MR

@@ -50,6 +50,7 @@ from rvm.kernels.vectors import first_lanes
 
 __all__ = [
     "CONV_SPLIT_MIN",
+    "WEIGHT_USES",
     "DPBF16",
     "KC2",
     "LANES",
@@ -59,6 +60,7 @@ __all__ = [
     "SPLIT_MIN",
     "TURNED_ROWS",
     "band",
+    "conv_pieces",
     "gemm_bf16",
     "micro",
     "micro_turned",
@@ -113,6 +115,17 @@ if not DPBF16:  # `rvm.transform.to_bf16` says at INFO which way bf16 products t
     )
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+WEIGHT_USES = 16  # uses of a weight pair under which its load, not its products, sets the time
+
+
+@jit(inline="always", **_OPTS)
+def conv_pieces(og, positions, k2):  # type: ignore[no-untyped-def]
+    """Pieces of `CONV_SPLIT_MIN` pairs in a convolution of ``og`` output channels over
+    ``positions`` positions and ``k2`` pairs, each weight pair counted as `WEIGHT_USES` uses
+    at least (a pair from memory takes a Zen 4 core as long as 16-32 products): densenet121's
+    classifier, a 1 x 1 of 1024 -> 1000 on one position (2 MB of weight), was one piece on
+    one thread (140 us); in pieces 0.634 of that."""
+    return (og * max(positions, WEIGHT_USES) * k2) // CONV_SPLIT_MIN
 
 
 def _make_micro(kinds: list[tuple[int, int, int]]):  # type: ignore[no-untyped-def]
@@ -147,15 +160,12 @@ def _make_micro(kinds: list[tuple[int, int, int]]):  # type: ignore[no-untyped-d
 def micro_out(
     typingctx, kc2, a, lda, b, table, c, accumulate, rows, vectors, last, to, bias, relu, i0, j0
 ):  # type: ignore[no-untyped-def]
-    """`micro`'s B-indexed tile (a direct convolution's: B's pair rows through the tap table
-    at ``table``) whose sums go from its registers where the `rvm.kernels.blockout.BLOCK_OUT`
-    record at ``to`` says, as `rvm.kernels.blockout.block_out` puts a block out, for a tile of
-    output channels ``i0`` on (even) at the run's positions ``j0`` on: each two rows' sums (C's
-    rows added first where ``accumulate``: the earlier depth blocks'), plus their channels'
-    biases (at ``bias``; 0: none), plus a pair plane's residual (the record's kind 2; 0: none),
-    ReLU'd where ``relu`` (`rvm.kernels.bf16words.finish_sums`), rounded into the output pair
-    plane's words (`pair_bits`). Only where the output and the residual are pair planes whose
-    rows are the run's (`puts_out`): no float32 sums go through L1 and back."""
+    """`micro`'s B-indexed tile (a direct convolution's, B's pair rows through the tap table
+    at ``table``) put from its registers where the `rvm.kernels.blockout.BLOCK_OUT` record at
+    ``to`` says, as `block_out` would from L1 (`rvm.kernels.tileout.tile_words`; where
+    `puts_out`): output channels ``i0`` on (even), the run's positions ``j0`` on, C's rows
+    added first where ``accumulate`` (the earlier depth blocks'), the biases at ``bias`` (0:
+    none), ReLU where ``relu``."""
     sig, codegen = _micro_codegen([(v, 1, MR) for v in range(1, VECTORS + 1)], put=True)
     return sig, codegen
 
@@ -538,10 +548,8 @@ def walk_out(a, lda, m0, m1, b, table, n, k2, bias, act, to):  # type: ignore[no
 
 @jit(inline="always", **_OPTS)
 def puts_out(to, act):  # type: ignore[no-untyped-def]
-    """Whether `walk_out`'s tiles go out from their registers (`micro_out`) by the
-    `rvm.kernels.blockout.BLOCK_OUT` record at ``to``: a pair plane out and, if any, a pair
-    plane's residual, each with rows as wide as the run's, and at most a ReLU. Else through
-    L1 (`block_out`)."""
+    """Whether `walk_out`'s tiles go out from their registers (`micro_out`) by the record at
+    ``to``: pair planes out and residual (or none) with the run's rows, at most a ReLU."""
     desc = ints_at(to)
     return act <= 1 and desc[0] == 0 and (desc[6] == 0 or desc[6] == 2) and whole_runs(desc)
 

@@ -31,13 +31,13 @@ from numba.extending import intrinsic
 
 from rvm.kernels import amx, parfor, workpool
 from rvm.kernels.bf16gemm import (
-    CONV_SPLIT_MIN,
     KC2,
     LANES,
     MR,
     NR,
     PIECES_PER_THREAD,
     TURNED_ROWS,
+    conv_pieces,
     micro_turned,
     piece_grid,
 )
@@ -298,7 +298,7 @@ def turned_group(w, oc, b, g, groups, plane, table, offs, epilogue, panel):  # t
     og, k2, npos = co // groups, kp // 2, oh * ow
     threads, parts = parfor.threads(), 1
     split = threads > 1 and not workpool.busy()
-    most = (og * npos * k2) // CONV_SPLIT_MIN if split else 1  # pieces of enough work
+    most = conv_pieces(og, npos, k2) if split else 1  # pieces of enough work
     step, short = 0, 0
     along = 1  # pieces along the output's rows, where the channels make fewer than threads
     if panel == LANES and og % LANES == 0:  # a piece a tile, or a few (`_turned_task`)
