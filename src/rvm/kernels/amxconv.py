@@ -121,24 +121,8 @@ def _turn(typingctx, src, src_row, rows, cols, dst, dst_row):  # type: ignore[no
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         src, src_row, rows, cols, dst, dst_row = args
         wptr = _WORDS.as_pointer()
-        bits = ir.VectorType(ir.IntType(1), TILE)
-        kind = ir.FunctionType(_WORDS, [wptr, _I32, bits, _WORDS])
-        masked = cgutils.get_or_insert_function(
-            builder.module, kind, f"llvm.masked.load.v{TILE}i32.p0"
-        )
-        lanes = ir.Constant(ir.VectorType(_I64, TILE), list(range(TILE)))
-        undef = ir.Constant(ir.VectorType(_I64, TILE), ir.Undefined)
-        splat = ir.Constant(ir.VectorType(_I32, TILE), [0] * TILE)
-        count = builder.shuffle_vector(builder.insert_element(undef, cols, _I32(0)), undef, splat)
-        inside = builder.icmp_signed("<", lanes, count)
-        none = ir.Constant(bits, [0] * TILE)
-        zeros = ir.Constant(_WORDS, [0] * TILE)
-        loaded = []
-        for i in range(TILE):
-            at = builder.inttoptr(builder.add(src, builder.mul(src_row, _I64(i))), wptr)
-            mask = builder.select(builder.icmp_signed(">", rows, _I64(i)), inside, none)
-            loaded.append(builder.call(masked, [at, _I32(4), mask, zeros]))
-        loaded = VectorIR(builder, TILE).turn(loaded)
+        v = VectorIR(builder, TILE)
+        loaded = v.turn(v.block(src, src_row, rows, cols))
         for i in range(TILE):
             at = builder.add(dst, builder.mul(dst_row, _I64(i)))
             builder.store(loaded[i], builder.inttoptr(at, wptr), align=4)

@@ -171,14 +171,8 @@ def _turn_words(typingctx, src, src_row, rows, cols, dst, dst_row):  # type: ign
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         src, src_row, rows, cols, dst, dst_row = args
         v = VectorIR(builder, LANES)
-        across, down = v.first(cols), v.first(rows)
-        none = ir.Constant(v.masks, [0] * LANES)
-        loaded = []
-        for i in range(LANES):
-            at = builder.add(src, builder.mul(src_row, ir.Constant(src_row.type, i)))
-            inside = builder.icmp_signed(">", rows, ir.Constant(rows.type, i))
-            loaded.append(v.load(at, v.i32, builder.select(inside, across, none)))
-        for i, word_row in enumerate(v.turn(loaded)):
+        down, none = v.first(rows), ir.Constant(v.masks, [0] * LANES)
+        for i, word_row in enumerate(v.turn(v.block(src, src_row, rows, cols))):
             at = builder.add(dst, builder.mul(dst_row, ir.Constant(dst_row.type, i)))
             inside = builder.icmp_signed(">", cols, ir.Constant(cols.type, i))
             v.store(word_row, at, builder.select(inside, down, none))

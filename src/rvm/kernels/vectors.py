@@ -4,10 +4,9 @@
 or i32, float64 too): declaring LLVM intrinsics once per module (`declare`), splatting a scalar
 (`broadcast`), the mask of the first ``n`` lanes (`first`), masked loads and stores of either
 element type (`load`, `store`), masked loads of lanes a stride apart (`gather`; 2 apart by
-shuffles: `evens`), a square of vectors turned (`turn`), and float32 -> bf16 rounding of a
-vector (`bf16_bits`: ties to even, a NaN a quiet NaN, in integer operations any vector ISA
-has). Addresses are int64 values, as
-the kernels pass them.
+shuffles: `evens`), a block of words loaded (`block`) and turned (`turn`), and float32 ->
+bf16 rounding of a vector (`bf16_bits`: ties to even, a NaN a quiet NaN, in integer
+operations any vector ISA has). Addresses are int64 values, as the kernels pass them.
 """
 
 from __future__ import annotations
@@ -124,6 +123,21 @@ class VectorIR:
         name = f"llvm.masked.store.{self._suffix(vtype)}.p0"
         fn = self.declare(ir.VoidType(), [vtype, vtype.as_pointer(), I32, self.masks], name)
         self.builder.call(fn, [value, self.pointer(address, vtype), I32(_bytes(vtype)), mask])
+
+    def block(self, src: ir.Value, src_row: ir.Value, rows: ir.Value, cols: ir.Value) -> list:
+        """``lanes`` i32 vectors: vector ``i`` the first ``cols`` words of row ``i`` of a block
+        at the int64 ``src`` (rows ``src_row`` bytes apart) where ``i < rows``, 0 past them
+        (masked loads: nothing past the block is read)."""
+        b = self.builder
+        across, none = self.first(cols), ir.Constant(self.masks, [0] * self.lanes)
+        return [
+            self.load(
+                b.add(src, b.mul(src_row, I64(i))),
+                self.i32,
+                b.select(b.icmp_signed(">", rows, I64(i)), across, none),
+            )
+            for i in range(self.lanes)
+        ]
 
     def turn(self, rows: list[ir.Value]) -> list[ir.Value]:
         """``lanes`` vectors of 32-bit lanes (rows of a square) turned: vector ``i`` of the
