@@ -188,6 +188,25 @@ def test_a_caller_spins_for_a_helper_piece_about_as_long_as_its_own(threads) -> 
     assert poolstate.join_time() == 0  # zeroed by `measure`
 
 
+def test_spinning_threads_give_their_core_away(threads) -> None:
+    """A thread spinning for pieces of its job (or for the next job) yields its core every
+    `SPIN_US` / `YIELDS_PER_SPIN` (`yields` counts it): on a machine with more threads than
+    cores the piece it waits for may need that core."""
+    if threads != 2:
+        pytest.skip("one helper: the caller runs one of the two pieces")
+    main = threading.get_ident()
+    both = threading.Barrier(2, timeout=30)
+
+    def piece(i: int) -> None:
+        both.wait()  # one piece in each thread
+        if threading.get_ident() != main:
+            time.sleep(0.3)  # the caller spins a whole `SPIN_US` for it, then sleeps
+
+    before = workpool.yields()
+    workpool.for_each(2, piece)
+    assert workpool.yields() - before >= workpool.YIELDS_PER_SPIN - 1
+
+
 def test_jobs_counts_the_jobs_that_went_to_helpers(threads) -> None:
     """`jobs`: one a job of several pieces with helpers; none run in the caller alone."""
     before = workpool.jobs()

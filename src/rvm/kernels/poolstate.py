@@ -63,7 +63,8 @@ __all__ = [
 # Fields of the state, one cache line (8 int64) apart.
 (WORD, FN, DATA, N, DONE, BUSY, WANTED, SLEEPING, WAITING, SPIN, MUTEX, COND, DONE_COND) = range(13)
 (NUDGE, WAKES, MEASURE, NAPS, JOIN_NAPS, JOIN_NS, FIRST_OUT, LOGGED, PIECES_LOGGED) = range(13, 22)
-_FIELDS = 22
+YIELDS = 22
+_FIELDS = 23
 LINE = 8
 _STATE = "rvm_pool_state"
 SEQ_MASK = (1 << 31) - 1  # the sequence number's bits (above bit 32 of the word)
