@@ -29,7 +29,6 @@ from numba.extending import intrinsic
 from rvm.kernels import parfor, workpool
 from rvm.kernels.bf16gemm import LANES, NR, PACK_SPLIT_MIN, gemm_bf16, panels, run_bits
 from rvm.kernels.jitting import jit
-from rvm.kernels.parfor import PIECES_PER_THREAD
 from rvm.kernels.planes import copy
 from rvm.kernels.vectors import VectorIR
 
@@ -146,9 +145,7 @@ def pair_rows(x, out):  # type: ignore[no-untyped-def]
     rows, k2 = x.shape[0], out.shape[1]
     threads, parts = parfor.threads(), 1
     if threads > 1 and not workpool.busy():
-        parts = parfor.even(
-            min(PIECES_PER_THREAD * threads, rows, rows * k2 // PACK_SPLIT_MIN), threads
-        )
+        parts = parfor.pieces(threads, min(rows, rows * k2 // PACK_SPLIT_MIN))
     step = -(-rows // max(1, parts))
     job = np.empty(_ROWS_JOB, dtype=np.int64)
     job[0], job[1], job[2], job[3] = _ROWS_JOB, x.ctypes.data, x.strides[0], x.shape[1]
@@ -194,9 +191,7 @@ def gemm(like, a, lda, b, c, ldc, m, n, k2):  # type: ignore[no-untyped-def]
     threads = parfor.threads()
     parts = 1
     if threads > 1 and not workpool.busy():
-        parts = parfor.even(
-            min(PIECES_PER_THREAD * threads, (m * n * 2 * k2) // SPLIT_MIN), threads
-        )
+        parts = parfor.pieces(threads, (m * n * 2 * k2) // SPLIT_MIN)
     if parts <= 1:
         gemm_bf16(a, lda, b, c, ldc, m, n, k2, False)
         return
@@ -265,7 +260,7 @@ def _gemv(xw, w, out):  # type: ignore[no-untyped-def]
     threads = parfor.threads()
     parts = 1
     if threads > 1 and not workpool.busy():
-        parts = parfor.even(min(PIECES_PER_THREAD * threads, (n * kp) // GEMV_SPLIT_MIN), threads)
+        parts = parfor.pieces(threads, (n * kp) // GEMV_SPLIT_MIN)
     if parts <= 1:
         _gemv_rows(xw, w, out, 0, n)
         return

@@ -25,7 +25,7 @@ import numpy as np
 
 from rvm.kernels import amx, parfor, workpool
 from rvm.kernels.bf16 import pair_rows
-from rvm.kernels.bf16gemm import BLOCK_BYTES, MR, PIECES_PER_THREAD, SPLIT_MIN, band
+from rvm.kernels.bf16gemm import BLOCK_BYTES, MR, SPLIT_MIN, band
 from rvm.kernels.cblas import address
 from rvm.kernels.epilogue import tile as _epilogue
 from rvm.kernels.jitting import jit
@@ -117,7 +117,7 @@ def _cut(m, k2, n, panel):  # type: ignore[no-untyped-def]
     work = m * n * k2
     if threads < 2 or work < 2 * SPLIT_MIN or workpool.busy():
         return 1, panels, True
-    parts = parfor.even(min(PIECES_PER_THREAD * threads, work // SPLIT_MIN), threads)
+    parts = parfor.pieces(threads, work // SPLIT_MIN)
     if amx.AMX:  # a piece per thread: each piece's walk reads its A once a block of columns
         parts = min(parts, threads)
     if panels >= parts or m < 2 * MR * threads:

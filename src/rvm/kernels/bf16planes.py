@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from rvm.kernels import parfor, workpool
-from rvm.kernels.bf16gemm import PACK_SPLIT_MIN, PIECES_PER_THREAD
+from rvm.kernels.bf16gemm import PACK_SPLIT_MIN
 from rvm.kernels.bf16words import NO_AFFINE, move_words, pair_words
 from rvm.kernels.direct_tile import read_line
 from rvm.kernels.gemmshape import LINE
@@ -341,9 +341,7 @@ def pair_plane(x, c0, cg, geometry, plane, src=_IMAGE):  # type: ignore[no-untyp
     threads = parfor.threads()
     parts = 1
     if threads > 1 and not workpool.busy():
-        parts = parfor.even(
-            min(PIECES_PER_THREAD * threads, cg2, plane.size // PACK_SPLIT_MIN), threads
-        )
+        parts = parfor.pieces(threads, min(cg2, plane.size // PACK_SPLIT_MIN))
     if parts <= 1:
         _plane_part(job, 0, cg2)
     else:

@@ -49,10 +49,11 @@ from numba.extending import intrinsic
 from rvm.kernels import cblas, entry, gemv, parfor, sgemm, workpool
 from rvm.kernels.cblas import AVAILABLE, NO_TRANS, TRANS, address, require_operands
 from rvm.kernels.jitting import jit
-from rvm.kernels.parfor import PIECES_PER_THREAD, even
+from rvm.kernels.parfor import PIECES_PER_THREAD, even, pieces
 
 __all__ = [
     "AVAILABLE",
+    "PIECES_PER_THREAD",
     "blas_threads",
     "gemm",
     "gemm_epilogue",
@@ -211,7 +212,7 @@ def split_parts(work, min_work):  # type: ignore[no-untyped-def]
     threads = workpool.threads()
     if threads < 2 or work < 2 * min_work or workpool.busy():
         return 1
-    return even(min(PIECES_PER_THREAD * threads, work // min_work), threads)
+    return pieces(threads, work // min_work)
 
 
 @jit(**_OPTS)

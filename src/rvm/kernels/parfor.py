@@ -24,7 +24,8 @@ runs in the calling thread).
 - `threads()` is how many threads the chunks run on: the pool's threads (the caller and
   its helpers), or 1 with splitting off (`enable`; the environment variable
   ``RVM_SPLIT_LOOPS=0`` starts it off); `chunks(work, items)` how many chunks to cut a loop
-  into (`PIECES_PER_THREAD` a thread when it is large), `even(parts, threads)` a count of
+  into (`PIECES_PER_THREAD` a thread when it is large), `pieces(threads, most)` how many
+  pieces a job is cut into (`PIECES_PER_THREAD` a thread), `even(parts, threads)` a count of
   equal pieces that keeps the threads even;
 - `address(array)` / `array_at(address, shape, like)` carry arrays through a job;
 - `piece_range(piece, pieces, total, align)`: a piece of a flat run cut in equal runs;
@@ -339,6 +340,14 @@ def even(parts, threads):  # type: ignore[no-untyped-def]
 
 
 @nb.njit(nogil=True, cache=True)
+def pieces(threads, most):  # type: ignore[no-untyped-def]
+    """How many pieces a job on ``threads`` threads is cut into, ``most`` at most (what its
+    work is worth): up to `PIECES_PER_THREAD` a thread, a multiple of the threads where there
+    are as many (`even`). The one rule of the library's cuts."""
+    return even(min(PIECES_PER_THREAD * threads, most), threads)
+
+
+@nb.njit(nogil=True, cache=True)
 def chunks(work, items):  # type: ignore[no-untyped-def]
     """How many chunks a loop over ``items`` independent items (planes, channels) touching
     ``work`` elements is cut into: 1 below `MIN_WORK` (or on one thread); else up to
@@ -348,7 +357,7 @@ def chunks(work, items):  # type: ignore[no-untyped-def]
     t = threads()
     if t < 2 or not splits(work):
         return 1
-    return even(min(items, PIECES_PER_THREAD * t, max(t, work * PIECES_PER_THREAD // MIN_WORK)), t)
+    return pieces(t, min(items, max(t, work * PIECES_PER_THREAD // MIN_WORK)))
 
 
 def runner(name: str):  # type: ignore[no-untyped-def]

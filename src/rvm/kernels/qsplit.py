@@ -24,7 +24,6 @@ from numba.extending import intrinsic
 
 from rvm.kernels import parfor
 from rvm.kernels.jitting import NO_C_WRAPPER, jit
-from rvm.kernels.parfor import PIECES_PER_THREAD
 from rvm.kernels.qcolumns import columns, gather, image
 from rvm.kernels.qtile import LANES, MR, NR
 
@@ -117,7 +116,7 @@ def split_plan(og, depth, cols, threads):  # type: ignore[no-untyped-def]
     out the threads better (few positions, many channels: 7 x 7's two tiles of columns,
     14 x 14's seven)."""
     work = og * cols * (depth + TILE_DEPTHS_FIXED)
-    want = parfor.even(min(PIECES_PER_THREAD * threads, work // SPLIT_MIN), threads)
+    want = parfor.pieces(threads, work // SPLIT_MIN)
     col_tiles, row_tiles = cols // NR, og // MR
     if threads < 2 or want < 2 or max(col_tiles, row_tiles) < 2:
         return 0, cols, 1

@@ -189,14 +189,20 @@ def _claim(who):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS, inline="always")
-def _spin_step(step):  # type: ignore[no-untyped-def]
+def _spin_step(step, every):  # type: ignore[no-untyped-def]
     """Spin-wait step ``step`` (from 0) of a thread waiting for a job or for pieces: the CPU's
-    pause, and every ``SPIN_US / YIELDS_PER_SPIN`` a yield of the core (`YIELDS_PER_SPIN`)."""
+    pause, and a yield of the core every ``every`` steps (`_yield_every`)."""
     ps.pause()
-    every = ps.load(ps.SPIN) // YIELDS_PER_SPIN
     if every > 0 and step % every == every - 1:
         ps.add(ps.YIELDS, 1)
         ps.yield_core()
+
+
+@jit(**_OPTS, inline="always")
+def _yield_every(spins):  # type: ignore[no-untyped-def]
+    """The spin-wait steps between two yields, of the ``spins`` steps in `SPIN_US`
+    (`YIELDS_PER_SPIN`)."""
+    return spins // YIELDS_PER_SPIN
 
 
 @numba_cache.cfunc(nt.void(nt.int64, nt.int64, nt.int64), **_OPTS)
@@ -226,10 +232,11 @@ def _run(fn, n, data):  # type: ignore[no-untyped-def]
     ran = _claim(0)[1]
     claimed = ps.now_ns()
     spins, s = ps.load(ps.SPIN), 0
+    every = _yield_every(spins)
     if ran > 0:  # and as long as a piece of its own took: a helper's is that close to done
         spins += (claimed - start) // ran * spins // (SPIN_US * 1000)
     while ps.load(ps.DONE) < n and s < spins:  # pieces helpers claimed and still run
-        _spin_step(s)
+        _spin_step(s, every)
         s += 1
     if ps.load(ps.DONE) < n:  # sleep: the core may be the late helper's
         ps.add(ps.JOIN_NAPS, 1)
@@ -289,9 +296,10 @@ def wait_until(address, value):  # type: ignore[no-untyped-def]
     does for a job (`SPIN_US`, `_spin_step`), then yields its core at each look: the thread it
     waits for may be waiting for a core (a loaded machine)."""
     spins, s = ps.load(ps.SPIN), 0
+    every = _yield_every(spins)
     while _load_at(address) < value:
         if s < spins:
-            _spin_step(s)
+            _spin_step(s, every)
             s += 1
         else:
             ps.yield_core()
@@ -310,9 +318,10 @@ def _helper(index):  # type: ignore[no-untyped-def]
     while _wanted(index):
         seen = _claim(index + 1)[0]
         spins, s, steps = ps.load(ps.SPIN), 0, 0
+        every = _yield_every(spins)
         while (ps.load(ps.WORD) >> 32) == seen and _wanted(index):
             if s < spins:
-                _spin_step(steps)
+                _spin_step(steps, every)
                 steps += 1
                 if ps.load(ps.DONE) >= ps.load(ps.N):  # counted from the job's end
                     s += 1
