@@ -16,7 +16,10 @@ from bf16_checks import bindings_of, converted, near_both
 
 import rvm
 from rvm import op
+from rvm.errors import IRError
 from rvm.ir import Builder, Tuple, Var, const, tensor
+from rvm.ir.infer import infer_type
+from rvm.kernels.reference.bf16 import pair_plane
 from rvm.transform import to_bf16 as to_bf16_module
 
 F32 = "float32"
@@ -84,3 +87,98 @@ def test_joined_planes_in_every_exec_mode(fires, exec_mode: str, kernels: str) -
     results = [vm["main"](x) for x in inputs]  # a later call leaves the earlier results be
     for x, got in zip(inputs, results):
         near_both(got, rvm.interpret(converted(mod), "main", x), rvm.interpret(mod, "main", x))
+
+
+def _mixed(n: int, readers: int = 2) -> rvm.IRModule:
+    """main(img): the image's average pool and ReLU (no convolution's) joined with a 1 x 1 to
+    16 + ReLU, read by ``readers`` convolutions (a 1 x 1 and a 3 x 3 to 8); and the pool and
+    ReLU joined alone, read by as many (inception_v2's block input: a slice of a merged 1 x 1,
+    an average pool's branch, convolutions)."""
+    rng = np.random.default_rng(n + 10 * readers)
+    img = Var("img", tensor((n, 24, 10, 12), F32))
+
+    def conv(bb, x, c, o, k):  # type: ignore[no-untyped-def]
+        w = const((rng.standard_normal((o, c, k, k)) / np.sqrt(c * k * k)).astype(F32))
+        y = bb.emit(op.conv2d(x, w, padding=k // 2))
+        bias = const(rng.standard_normal((o, 1, 1)).astype(F32) / 4)
+        return bb.emit(op.relu(bb.emit(op.add(y, bias))))
+
+    def read(bb, x, c):  # type: ignore[no-untyped-def]
+        return [conv(bb, x, c, 8, k) for k in (1, 3)[:readers]]
+
+    bb = Builder()
+    with bb.function("main", [img]):
+        pooled = bb.emit(op.avg_pool2d(img, pool_size=3, strides=1, padding=1))
+        relu = bb.emit(op.relu(img))
+        with_conv = bb.emit(op.concat(Tuple((pooled, relu, conv(bb, img, 24, 16, 1))), 1))
+        pooled2 = bb.emit(op.avg_pool2d(img, pool_size=3, strides=1, padding=1))
+        relu2 = bb.emit(op.relu(img))
+        alone = bb.emit(op.concat(Tuple((pooled2, relu2)), 1))
+        bb.emit_output(Tuple((*read(bb, with_conv, 64), *read(bb, alone, 48))))
+    return bb.get()
+
+
+@pytest.mark.parametrize("readers", [1, 2])
+def test_pieces_no_convolution_writes_are_rounded_into_the_plane(readers: int) -> None:
+    bf16 = converted(_mixed(1, readers))
+    with_conv, alone = bindings_of(bf16, "concat")
+    # the plane the first reader reads, the 1 x 1's: the 3 x 3 copies it into its own
+    assert with_conv.var.type.dtype == "int32" and with_conv.var.type.shape == (1, 32, 11, 12)
+    rounded = [b.value for b in bindings_of(bf16, "pair_image")]
+    # a plane alone for one reader, where it would build one of the float32 concatenation
+    assert (alone.var.type.dtype == "int32") == (readers == 2)
+    assert len(rounded) == (4 if readers == 2 else 2)
+    assert all(r.attrs["plane"] == (0, 0, 11, 12) for r in rounded)
+
+
+@pytest.fixture(scope="module", params=[1, 2], ids=["batch1", "batch2"])
+def mixed(request):
+    """`_mixed` at batch 1 (the pieces rounded in place) and 2, compiled in bf16 by both
+    kernel backends on any CPU."""
+    mod = _mixed(request.param)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(to_bf16_module, "native_way", lambda: "bf16")
+        compiled = {k: rvm.compile(mod, precision="bf16", kernels=k) for k in ("jit", "numpy")}
+    return mod, compiled
+
+
+def test_rounded_pieces_in_every_exec_mode(mixed, exec_mode: str, kernels: str) -> None:
+    mod, compiled = mixed
+    n = mod["main"].params[0].type.shape[0]
+    vm = rvm.VirtualMachine(compiled[kernels], exec_mode=exec_mode)
+    rng = np.random.default_rng(3)
+    inputs = [rng.standard_normal((n, 24, 10, 12)).astype(F32) for _ in range(2)]
+    results = [vm["main"](x) for x in inputs]
+    for x, got in zip(inputs, results):
+        near_both(got, rvm.interpret(converted(mod), "main", x), rvm.interpret(mod, "main", x))
+
+
+@pytest.mark.parametrize(
+    "shape, plane",
+    [
+        ((2, 5, 4, 6), (1, 1, 7, 8)),
+        ((1, 64, 14, 14), (0, 0, 15, 14)),
+        ((1, 6, 9, 9), (2, 1, 12, 11)),
+    ],
+    ids=["odd_channels", "unpadded", "padded"],
+)
+def test_pair_image_is_the_reference_bit_for_bit(shape, plane, exec_mode: str) -> None:
+    x = Var("x", tensor(shape, F32))
+    bb = Builder()
+    with bb.function("main", [x]):
+        bb.emit_output(bb.emit(op.pair_image(x, plane)))
+    values = np.random.default_rng(len(shape)).standard_normal(shape).astype(F32)
+    values.reshape(-1)[::13] = np.nan
+    want = pair_plane(values, *plane)
+    got = rvm.VirtualMachine(rvm.compile(bb.get()), exec_mode=exec_mode)["main"](values)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, want)
+
+
+def test_pair_image_names_what_does_not_fit() -> None:
+    with pytest.raises(IRError, match="does not fit the plane's width"):
+        infer_type(op.pair_image(Var("x", tensor((1, 4, 6, 6), F32)), (1, 1, 8, 6)))
+    with pytest.raises(IRError, match="float32 NCHW"):
+        infer_type(op.pair_image(Var("x", tensor((1, 4, 6, 6), "int32")), (1, 1, 8, 8)))
+    with pytest.raises(IRError, match="plane must have 4 values"):
+        op.pair_image(Var("x", tensor((1, 4, 6, 6), F32)), (1, 1, 8))

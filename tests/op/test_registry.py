@@ -112,6 +112,7 @@ def sample_calls() -> list[Call]:
         op.conv2d_bf16(x, var("cw", (5, 36), "int16"), 2, 1, 1, 1, (3, 3)),
         op.max_pool2d_pairs(var("mp", (2, 2, 7, 9), "int32"), (4, 5, 6), (1, 2), 3, 2, 1,
                             plane=(1, 1, 5, 4)),
+        op.pair_image(x, (1, 2, 9, 9)),
         op.conv2d_packed(x, var("pw", (1, 1, 3, 3, 4, 16)), 5, 2, 1),
         op.conv2d_winograd(x, var("ww", (16, 5, 4)), (1, 0, 2, 1)),
         op.dense_packed(m, var("dp", (1, 4, 16)), var("db", (5,)), units=5, activation="gelu"),

@@ -1,5 +1,6 @@
 """Anchor stages of the bf16 products: ``dense_bf16``, ``dense_packed_bf16`` and ``conv2d_bf16``
-(`rvm.op.bf16`), and of the max pool on their pair planes, ``max_pool2d_pairs``.
+(`rvm.op.bf16`), and of the ops on their pair planes (`rvm.op.bf16planes`): the max pool,
+``max_pool2d_pairs``, and a float32 image rounded into a plane, ``pair_image``.
 
 Each calls the kernel library's bf16 entry (`rvm.kernels.bf16`, `rvm.kernels.bf16conv`: the
 activations rounded and packed per call, the weight's bf16 bits as they are, float32 sums;
@@ -22,7 +23,8 @@ from rvm.jit.views import array_view
 from rvm.kernels import entry
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import ops
-from rvm.op.bf16 import INPUTS, LAYOUTS, PAIRINGS, PROLOGUES, pooled_size, split_operands
+from rvm.op.bf16 import INPUTS, LAYOUTS, PAIRINGS, PROLOGUES, split_operands
+from rvm.op.bf16planes import pooled_size
 
 # The dtypes of the entry points' arrays (`rvm.kernels.bf16entry`): float32 x, the int16 bits
 # of the weight, float32 out (and the convolution's float32 bias, residual -- a pair plane's
@@ -181,7 +183,27 @@ def _pool(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tenso
     return t
 
 
+def _pair_image(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Tensor:
+    """``pair_image``: `rvm.kernels.bf16planes`' entry point, the plane's words passed as
+    float32 bits."""
+    (x,) = args
+    if x.dtype != "float32" or out != "int32":
+        raise Unsupported(f"{kb.op} of {x.dtype} to {out}")
+    pt, pl, hq, wq = attrs["plane"]
+    dims = (x.dims[0], kb.dim(f"({x.dims[1]} + 1) // 2"), str(hq), str(wq))
+    t = Tensor(dims, out, kind="anchor")
+
+    def fill() -> None:
+        t.array = kb.buffer(dims, out, t.array)
+        xv = kb.materialize(x, "float32")
+        kb.call_entry("pair_image", (xv, _as_floats(kb, t.array)), (pt, pl), "float32")
+
+    t.fill = fill
+    return t
+
+
 compute[ops.dense_bf16] = _dense
+compute[ops.pair_image] = _pair_image
 compute[ops.max_pool2d_pairs] = _pool
 compute[ops.conv2d_bf16] = _conv
 compute[ops.dense_packed_bf16] = _packed

@@ -16,9 +16,10 @@ padded pixels ``(r sh + a, q sw + b)`` and ``(r sh + a, q sw + b + dw)``, which 
 
 from __future__ import annotations
 
+import numba as nb
 import numpy as np
 
-from rvm.kernels import parfor, workpool
+from rvm.kernels import entry, parfor, workpool
 from rvm.kernels.bf16gemm import PACK_SPLIT_MIN
 from rvm.kernels.bf16words import NO_AFFINE, move_words, pair_words
 from rvm.kernels.direct_tile import read_line
@@ -31,6 +32,7 @@ __all__ = [
     "column_pairs",
     "pad_pairs",
     "pad_positions",
+    "pair_image",
     "pair_plane",
     "phase_slots",
     "plane_count",
@@ -350,6 +352,39 @@ def pair_plane(x, c0, cg, geometry, plane, src=_IMAGE):  # type: ignore[no-untyp
         _run_plane(x, -(-cg2 // step), job)
     if geometry[10] != 0:
         column_pairs(plane, cg2, job[13], job[15], job[14], job[16], job[11], job[12])
+
+
+@jit(**_OPTS)
+def pair_image(x, out, pt, pl):  # type: ignore[no-untyped-def]
+    """float32 ``x`` (n, c, h, w) rounded into the pair planes ``out`` (uint32 (n, (c + 1) //
+    2, hq, wq)), the image at row ``pt``, column ``pl`` of each, the other words 0: `rvm.op`'s
+    ``pair_image``, as `pair_plane` builds a 1 x 1's plane (its stride-1 phase, cut by channel
+    pairs on the pool), so that its readers read the words they would have built. False
+    where the planes do not hold the images."""
+    n, c, h, w = x.shape
+    if out.shape[0] != n or out.shape[1] != (c + 1) // 2 or min(pt, pl) < 0:
+        return False
+    if out.shape[2] < pt + h or out.shape[3] < pl + w:
+        return False
+    geometry = np.array([pt, pl, 1, 1, 1, 1, 1, 1, 0, 0, 0], dtype=np.int64)
+    xc = np.ascontiguousarray(x)
+    for b in range(n):
+        pair_plane(xc[b], 0, c, geometry, out[b])
+    return True
+
+
+def _entry(a, b, c, dims, params):  # type: ignore[no-untyped-def]
+    """`pair_image` on x (a) and the planes' words as float32 bits (b) (see
+    `rvm.kernels.entry`): 0 done, 1 the shapes disagree."""
+    d, p = nb.carray(dims, 8), nb.carray(params, 2)
+    x = nb.carray(a, (d[0], d[1], d[2], d[3]))
+    out = nb.carray(b, (d[4], d[5], d[6], d[7])).view(np.uint32)
+    return 0 if pair_image(x, out, p[0], p[1]) else 1
+
+
+entry.export("pair_image", _entry)
+# What kernels call (`rvm.kernels.entry.caller`): ``entry_call(arrays, params)``, 0 done.
+entry_call = entry.caller("pair_image", 2)
 
 
 @jit(**_OPTS)

@@ -68,6 +68,7 @@ MODULES = {
     "qdense": "rvm.kernels.qentry",
     "qmax_pool2d": "rvm.kernels.qpool",
     "max_pool2d_pairs": "rvm.kernels.bf16pool",
+    "pair_image": "rvm.kernels.bf16planes",
     "qadd": "rvm.kernels.qadd",
     "conv2d_bf16": "rvm.kernels.bf16entry",
     "dense_bf16": "rvm.kernels.bf16entry",

@@ -14,6 +14,7 @@ from __future__ import annotations
 from rvm import _hooks
 from rvm.ir.expr import const
 from rvm.op import bf16 as _bf16
+from rvm.op import bf16planes as _bf16planes
 from rvm.op import checks as _checks
 from rvm.op import conv as _conv
 from rvm.op import create as _create
@@ -33,6 +34,7 @@ from rvm.op import reduce as _reduce
 from rvm.op import search as _search
 from rvm.op import transformer as _transformer
 from rvm.op.bf16 import *  # noqa: F403 (its builders, listed in its __all__)
+from rvm.op.bf16planes import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.checks import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.conv import *  # noqa: F403 (its builders, listed in its __all__)
 from rvm.op.core import ExprLike, as_expr, reference
@@ -57,6 +59,7 @@ _hooks.supply("ops", ops)
 
 __all__ = ["ExprLike", "as_expr", "const", "ops", "reference"]
 __all__ += _bf16.__all__
+__all__ += _bf16planes.__all__
 __all__ += _checks.__all__
 __all__ += _conv.__all__
 __all__ += _create.__all__

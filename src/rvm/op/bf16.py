@@ -40,13 +40,6 @@ to bf16 (to nearest even) by the op; products are summed in float32; the result 
   words turned; with ``source_layout`` ``"positions"`` so is the plane in (read as it lies,
   not with ``source_at``), with ``residual_layout`` the residual's plane: what AMX's walk
   turned around reads and writes a line a position (`rvm.kernels.amxconv`).
-- ``max_pool2d_pairs(x, source, source_at, pool_size, strides, padding, dilation, ceil_mode,
-  plane, signed)``: `rvm.op.max_pool2d` of the ``source`` ``(c, h, w)`` image whose int32 pair
-  plane (its padding ``source_at``) ``x`` is: float32 NCHW, or with ``plane`` the next
-  convolution's pair plane. A maximum of bf16 values is one of them and rounding keeps
-  order, so a max pool between bf16 convolutions may stay on their planes and the result is
-  the same, bit for bit (`rvm.kernels.bf16pool`); ``signed`` False says the values are no
-  less than +0 (a ReLU's), which lets the kernel compare their bits as they are.
 - ``dense_packed_bf16(x, w, bias=None, residual=None, *, units, activation="none")``: as
   `rvm.op.packed.dense_packed` (the bias, activation and residual its GEMM's epilogue), ``w``
   B ``(k, units)`` in column panels of bf16 *pairs*, ``(panels, (k + 1) // 2, panel)`` int32
@@ -91,22 +84,18 @@ from rvm.op.core import (
     ExprLike,
     as_expr,
     call,
-    check_bool,
     check_choice,
     check_int,
     define_op,
 )
 from rvm.op.shapes import broadcast_shapes, fmt, rule, window_out_dim
 
-__all__ = ["conv2d_bf16", "dense_bf16", "dense_packed_bf16", "max_pool2d_pairs"]
+__all__ = ["conv2d_bf16", "dense_bf16", "dense_packed_bf16"]
 
 define_op("dense_bf16", OpPattern.OUT_ELEMWISE_FUSABLE, 2)
 define_op("conv2d_bf16", OpPattern.OUT_ELEMWISE_FUSABLE)
 define_op("dense_packed_bf16", OpPattern.OUT_ELEMWISE_FUSABLE)
-define_op("max_pool2d_pairs", OpPattern.OUT_ELEMWISE_FUSABLE, 1)
-OP_PRECISION.update(
-    dense_bf16="bf16", conv2d_bf16="bf16", dense_packed_bf16="bf16", max_pool2d_pairs="bf16"
-)
+OP_PRECISION.update(dense_bf16="bf16", conv2d_bf16="bf16", dense_packed_bf16="bf16")
 
 
 def padded_depth(k: int) -> int:
@@ -348,69 +337,6 @@ def _check_plane(
             f"{op}: the {what} must be the int32 pair plane of a {fmt(shape)} image "
             f"with padding {at}, got {res.dtype} {fmt(res.shape)}"
         )
-
-
-def pooled_size(attrs: dict) -> tuple[int, int]:
-    """The output's height and width of a ``max_pool2d_pairs`` (its ``attrs``), written once
-    for its type rule and its jit stage."""
-    windows = zip(attrs["source"][1:], attrs["pool_size"], attrs["strides"],
-                  pad_pairs(attrs["padding"], 2), attrs["dilation"])  # fmt: skip
-    h, w = (window_out_dim("max_pool2d_pairs", *win, attrs["ceil_mode"]) for win in windows)
-    return h, w
-
-
-@rule(ops.max_pool2d_pairs)
-def _infer_pool(call_: Call, args: list[TensorType]) -> Type:
-    name = "max_pool2d_pairs"
-    (x,) = args
-    a = call_.attrs
-    source, plane = a["source"], a["plane"]
-    n = x.shape[0] if x.shape is not None and len(x.shape) == 4 else None
-    _check_plane(x, (n, *source), a["source_at"], "input", name)
-    spatial = pooled_size(a)
-    if not plane:
-        return TensorType((n, source[0], *spatial), "float32")
-    if plane[2] < plane[0] + spatial[0] or plane[3] < plane[1] + spatial[1]:
-        raise IRError(
-            f"{name}: a {spatial[0]} x {spatial[1]} output does not fit the pair plane "
-            f"(padding {plane[:2]}, {plane[2]} x {plane[3]})"
-        )
-    return TensorType((n, (source[0] + 1) // 2, plane[2], plane[3]), "int32")
-
-
-def max_pool2d_pairs(
-    x: ExprLike,
-    source: Sequence[int],
-    source_at: Sequence[int],
-    pool_size: int | Sequence[int] = 1,
-    strides: int | Sequence[int] = 1,
-    padding: int | Sequence[int] = 0,
-    dilation: int | Sequence[int] = 1,
-    ceil_mode: bool = False,
-    plane: Sequence[int] = (),
-    signed: bool = True,
-) -> Call:
-    """`rvm.op.max_pool2d` (its window attributes, normalized as there) of the ``source``
-    ``(c, h, w)`` image whose int32 pair plane ``x`` is, with padding ``source_at`` ``(pt,
-    pl)``: float32 NCHW, or with ``plane`` ``(pt, pl, hq, wq)`` the next convolution's pair
-    plane; ``signed`` False: the values are no less than +0 (a ReLU's output)."""
-    name = "max_pool2d_pairs"
-    if len(source) != 3 or len(source_at) != 2:
-        raise IRError(f"{name}: source is (c, h, w) and source_at (pt, pl), got "
-                      f"{tuple(source)!r} and {tuple(source_at)!r}")  # fmt: skip
-    return call(
-        ops.max_pool2d_pairs,
-        as_expr(x),
-        pool_size=positive_ints(name, "pool_size", pool_size, 2),
-        strides=positive_ints(name, "strides", strides, 2),
-        padding=normalize_padding(name, padding, 2),
-        dilation=positive_ints(name, "dilation", dilation, 2),
-        ceil_mode=check_bool(name, "ceil_mode", ceil_mode),
-        source=_ints(name, "source", source, 3, 1),
-        source_at=_ints(name, "source_at", source_at, 2, 0),
-        plane=_ints(name, "plane", plane, 4, 0),
-        signed=check_bool(name, "signed", signed),
-    )
 
 
 def dense_bf16(x: ExprLike, w: ExprLike, input: str = "bf16") -> Call:

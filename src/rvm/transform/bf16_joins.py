@@ -89,6 +89,7 @@ def pair_planes(
     adds = (_adds if positions else _adds_whole) if residuals else None
     place = {b.var: i for i, b in enumerate(bindings)}
     out = list(bindings)
+    after: dict[int, list[E.VarBinding]] = {}  # bindings to insert after each place
     count = 0
     for i, b in enumerate(bindings):
         pieces = _writers(out, i, place, uses, adds)
@@ -98,6 +99,12 @@ def pair_planes(
         sources = [j for j, role in found if role == "x"]
         added = [j for j, role in found if role == "residual"]
         pools = [j for j, role in found if role == "pool"]
+        # pieces of a concatenation that no convolution writes: each rounded into its part of
+        # the plane (`pair_image`), where two readers would each have built a plane of the
+        # float32 concatenation, or a convolution writes the rest of it
+        rounded = [k for k in pieces if pieces != [i] and not _may_write(out[k].value, adds)]
+        if rounded and len(rounded) == len(pieces) and len(sources) + len(pools) < 2:
+            continue
         if added and not (adds is not None and all(adds(out[j].value) for j in added)):
             continue
         shape = getattr(b.var.type, "shape", None)
@@ -124,16 +131,22 @@ def pair_planes(
             readers_ = [out[j].value for j in sources + added]
             layout = _lines(out[i].value, readers_)
         for k in pieces:
+            if k in rounded:  # its plane's piece after it, which the tuple holds instead
+                f = out[k].var
+                g = op.pair_image(f, plane)
+                infer_type(g)
+                after.setdefault(k, []).append(E.VarBinding(E.Var(f"{f.name}_pairs", g.type), g))
+                continue
             p = out[k].value
             if layout == "positions":
                 p = _in_tiles(p)
             lies = {"plane_layout": layout} if _is_conv(p) else {}
             p = _rebuilt(p, plane=plane, **lies)
             out[k] = E.VarBinding(E.Var(out[k].var.name, p.type), p)
-        relu = all(_no_negatives(out[k].value) for k in pieces)
+        relu = not rounded and all(_no_negatives(out[k].value) for k in pieces)
         if pieces != [i]:  # a concatenation: of the planes, through its tuple
             t = place[out[i].value.args[0]]
-            fields = E.Tuple([out[k].var for k in pieces])
+            fields = E.Tuple([after[k][-1].var if k in rounded else out[k].var for k in pieces])
             infer_type(fields)
             out[t] = E.VarBinding(E.Var(out[t].var.name, fields.type), fields)
             joined = E.Call(out[i].value.callee, [out[t].var], out[i].value.attrs)
@@ -153,8 +166,8 @@ def pair_planes(
         for j in pools:  # float32 out, until its own readers make it write their plane
             q = _pooled(out[j].value, var, source, plane[:2], signed=not relu)
             out[j] = E.VarBinding(out[j].var, q)
-        count += len(pieces)
-    return out, count
+        count += len(pieces) - len(rounded)
+    return [c for k, b in enumerate(out) for c in (b, *after.get(k, ()))], count
 
 
 def _writers(
@@ -180,13 +193,29 @@ def _writers(
     pieces = []
     for f in fields.fields:
         k = place.get(f) if isinstance(f, E.Var) else None
-        if k is None or uses[f] != 1 or k in pieces or not _may_write(out[k].value, adds):
+        if k is None or uses[f] != 1 or k in pieces:
+            return None
+        if not (_may_write(out[k].value, adds) or _rounds_in(f)):
             return None
         shape = getattr(f.type, "shape", None)
         if shape is None or not isinstance(shape[1], int) or shape[1] % 2:
             return None
         pieces.append(k)
     return pieces
+
+
+def _rounds_in(value: E.Var) -> bool:
+    """Whether ``value``, a piece of a concatenation no convolution of which writes it, may be
+    rounded into the concatenation's pair plane by a ``pair_image`` (`rvm.op.bf16planes`):
+    a float32 NCHW image of static size."""
+    t = value.type
+    shape = getattr(t, "shape", None)
+    return (
+        getattr(t, "dtype", None) == "float32"
+        and shape is not None
+        and len(shape) == 4
+        and all(isinstance(d, int) for d in shape[1:])
+    )
 
 
 def _may_write(conv: E.Expr, adds: Adds) -> bool:

@@ -29,6 +29,7 @@ __all__ = [
     "max_pool2d_pairs",
     "pack_pairs",
     "pair_depth",
+    "pair_image",
     "pair_plane",
     "pair_width",
     "plane_image",
@@ -227,6 +228,12 @@ def pair_plane(y, pt, pl, hq, wq):
     bits = np.zeros((n, c + (c & 1), hq, wq), np.uint32)
     bits[:, :c, pt : pt + h, pl : pl + w] = bf16_bits(y)
     return np.ascontiguousarray(bits[:, 0::2] | (bits[:, 1::2] << 16)).view(np.int32)
+
+
+def pair_image(x, *, plane):
+    """``pair_image``: float32 ``x`` (n, c, h, w) as the pair plane ``plane`` ``(pt, pl, hq,
+    wq)`` (`pair_plane`)."""
+    return pair_plane(np.asarray(x, np.float32), *plane)
 
 
 def plane_image(plane, c, h, w, pt, pl):
