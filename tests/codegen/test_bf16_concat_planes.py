@@ -25,6 +25,15 @@ from rvm.transform import to_bf16 as to_bf16_module
 F32 = "float32"
 
 
+def _conv_relu(bb, rng, x, c, o, k):  # type: ignore[no-untyped-def]
+    """A "same" k x k convolution of ``x`` (``c`` channels) to ``o``, bias and ReLU, emitted;
+    random weights of ``rng``."""
+    w = const((rng.standard_normal((o, c, k, k)) / np.sqrt(c * k * k)).astype(F32))
+    y = bb.emit(op.conv2d(x, w, padding=k // 2))
+    bias = const(rng.standard_normal((o, 1, 1)).astype(F32) / 4)
+    return bb.emit(op.relu(bb.emit(op.add(y, bias))))
+
+
 def _fires(n: int) -> rvm.IRModule:
     """main(img): a squeeze (1 x 1 to 16 + ReLU), two expansions (1 x 1 and 3 x 3 to 32 +
     ReLU) joined and squeezed again; then two expansions joined and max-pooled, and a 1 x 1
@@ -33,10 +42,7 @@ def _fires(n: int) -> rvm.IRModule:
     img = Var("img", tensor((n, 24, 14, 14), F32))
 
     def conv(bb, x, c, o, k):  # type: ignore[no-untyped-def]
-        w = const((rng.standard_normal((o, c, k, k)) / np.sqrt(c * k * k)).astype(F32))
-        y = bb.emit(op.conv2d(x, w, padding=k // 2))
-        bias = const(rng.standard_normal((o, 1, 1)).astype(F32) / 4)
-        return bb.emit(op.relu(bb.emit(op.add(y, bias))))
+        return _conv_relu(bb, rng, x, c, o, k)
 
     def fire(bb, x, c, o1=32, o3=32):  # type: ignore[no-untyped-def]
         s = conv(bb, x, c, 16, 1)
@@ -69,10 +75,25 @@ def fires(request):
     """The fires at batch 1 (the planes joined in place) and 2 (joined by the concat kernel),
     compiled in bf16 by both kernel backends on any CPU."""
     mod = _fires(request.param)
+    return mod, _in_bf16(mod)
+
+
+def _in_bf16(mod: rvm.IRModule) -> dict:
+    """``mod`` compiled in bf16 by both kernel backends (by name), on any CPU."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(to_bf16_module, "native_way", lambda: "bf16")
-        compiled = {k: rvm.compile(mod, precision="bf16", kernels=k) for k in ("jit", "numpy")}
-    return mod, compiled
+        return {k: rvm.compile(mod, precision="bf16", kernels=k) for k in ("jit", "numpy")}
+
+
+def _near_references(mod: rvm.IRModule, ex, exec_mode: str, seed: int) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
+    """``ex`` (``mod`` in bf16) called on two inputs, each result near the references."""
+    vm = rvm.VirtualMachine(ex, exec_mode=exec_mode)
+    rng = np.random.default_rng(seed)
+    shape = mod["main"].params[0].type.shape
+    inputs = [rng.standard_normal(shape).astype(F32) for _ in range(2)]
+    results = [vm["main"](x) for x in inputs]  # a later call leaves the earlier results be
+    for x, got in zip(inputs, results):
+        near_both(got, rvm.interpret(converted(mod), "main", x), rvm.interpret(mod, "main", x))
 
 
 def test_joined_planes_in_every_exec_mode(fires, exec_mode: str, kernels: str) -> None:
@@ -81,12 +102,7 @@ def test_joined_planes_in_every_exec_mode(fires, exec_mode: str, kernels: str) -
     ex = compiled[kernels]
     concats = [name for name in ex.kernels if "concat" in name]
     assert (concats == []) == (n == 1), concats  # at batch 1 every piece is written in place
-    vm = rvm.VirtualMachine(ex, exec_mode=exec_mode)
-    rng = np.random.default_rng(7)
-    inputs = [rng.standard_normal((n, 24, 14, 14)).astype(F32) for _ in range(2)]
-    results = [vm["main"](x) for x in inputs]  # a later call leaves the earlier results be
-    for x, got in zip(inputs, results):
-        near_both(got, rvm.interpret(converted(mod), "main", x), rvm.interpret(mod, "main", x))
+    _near_references(mod, ex, exec_mode, 7)
 
 
 def _mixed(n: int, readers: int = 2) -> rvm.IRModule:
@@ -98,10 +114,7 @@ def _mixed(n: int, readers: int = 2) -> rvm.IRModule:
     img = Var("img", tensor((n, 24, 10, 12), F32))
 
     def conv(bb, x, c, o, k):  # type: ignore[no-untyped-def]
-        w = const((rng.standard_normal((o, c, k, k)) / np.sqrt(c * k * k)).astype(F32))
-        y = bb.emit(op.conv2d(x, w, padding=k // 2))
-        bias = const(rng.standard_normal((o, 1, 1)).astype(F32) / 4)
-        return bb.emit(op.relu(bb.emit(op.add(y, bias))))
+        return _conv_relu(bb, rng, x, c, o, k)
 
     def read(bb, x, c):  # type: ignore[no-untyped-def]
         return [conv(bb, x, c, 8, k) for k in (1, 3)[:readers]]
@@ -136,21 +149,12 @@ def mixed(request):
     """`_mixed` at batch 1 (the pieces rounded in place) and 2, compiled in bf16 by both
     kernel backends on any CPU."""
     mod = _mixed(request.param)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(to_bf16_module, "native_way", lambda: "bf16")
-        compiled = {k: rvm.compile(mod, precision="bf16", kernels=k) for k in ("jit", "numpy")}
-    return mod, compiled
+    return mod, _in_bf16(mod)
 
 
 def test_rounded_pieces_in_every_exec_mode(mixed, exec_mode: str, kernels: str) -> None:
     mod, compiled = mixed
-    n = mod["main"].params[0].type.shape[0]
-    vm = rvm.VirtualMachine(compiled[kernels], exec_mode=exec_mode)
-    rng = np.random.default_rng(3)
-    inputs = [rng.standard_normal((n, 24, 10, 12)).astype(F32) for _ in range(2)]
-    results = [vm["main"](x) for x in inputs]
-    for x, got in zip(inputs, results):
-        near_both(got, rvm.interpret(converted(mod), "main", x), rvm.interpret(mod, "main", x))
+    _near_references(mod, compiled[kernels], exec_mode, 3)
 
 
 @pytest.mark.parametrize(

@@ -53,8 +53,12 @@ def pair_planes(
     else ``p`` takes none. A channel concatenation of such convolutions (``p``s of an even
     number of channels, used only there: squeezenet's fire modules) so read is a
     concatenation of their planes, each writing its pairs of the readers' plane (in place,
-    `rvm.transform.concat_plan`). A 2-d max pool of such a ``p`` (or concatenation) whose
-    result only such convolutions read reads ``p``'s plane and writes theirs
+    `rvm.transform.concat_plan`); a piece that is no such convolution (float32, of static
+    size: inception's slices of merged 1 x 1s, average pools' branches) is rounded into its
+    part by a ``pair_image`` after it, where another piece is a convolution's or two
+    readers (convolutions or pools) read the concatenation, each of which would otherwise
+    round all of it into a plane of its own at each call. A 2-d max pool of such a ``p`` (or
+    concatenation) whose result only such convolutions read reads ``p``'s plane and writes theirs
     (``max_pool2d_pairs``), comparing bits where every piece ends in a ReLU (``signed``
     False): a maximum of bf16 values is one of them, so the readers get the values they got.
     With ``residuals`` and ``positions`` (the kernels walk turned around: AMX's) too, a plane
