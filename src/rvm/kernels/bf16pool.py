@@ -1,4 +1,4 @@
-"""Max pooling of a bf16 pair plane (`rvm.op.bf16`'s ``max_pool2d_pairs``).
+"""Max pooling of a bf16 pair plane (`rvm.op.bf16planes`' ``max_pool2d_pairs``).
 
 `max_pool2d_pairs(x, out, c, h, w, spt, spl, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, opt,
 opl, signed)`

@@ -126,4 +126,6 @@ def _infer_pair_image(call_: Call, args: list[TensorType]) -> Type:
 def pair_image(x: ExprLike, plane: Sequence[int]) -> Call:
     """float32 NCHW ``x`` rounded to bf16 into the pair plane ``plane`` ``(pt, pl, hq, wq)``
     (the module's docstring)."""
+    if len(plane) != 4:  # a plane is no option here: `_ints` takes none too
+        raise IRError(f"pair_image: plane must have 4 values, got {tuple(plane)!r}")
     return call(ops.pair_image, as_expr(x), plane=_ints("pair_image", "plane", plane, 4, 0))
