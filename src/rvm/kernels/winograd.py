@@ -23,9 +23,9 @@ giving the rest; the caller checks the geometry, `rvm.kernels.conv`):
   `rvm.kernels.cpu`), and blocks are the pieces of a job on rvm's pool
   (`rvm.kernels.parfor`), a batch's images' blocks all in one job;
 - each piece runs its block's three phases in its thread: the input transform (`_input`:
-  each channel's four input rows under a row of tiles, zero-padded, transformed down the rows
-  as whole rows, then across, tile by tile, into ``V`` (16, c, tiles): the tiles along the
-  GEMM's lanes), the 16 GEMMs ``M[xi] = U[xi] @ V[xi]`` (rvm's `rvm.kernels.sgemm`, its
+  a vector of tiles along a row of tiles at a time, their windows read straight from the
+  image under lane masks, into ``V`` (16, c, tiles): the tiles along the GEMM's lanes;
+  `rvm.kernels.winotiles`), the 16 GEMMs ``M[xi] = U[xi] @ V[xi]`` (rvm's `rvm.kernels.sgemm`, its
   blocking read from the machine), and the output transform (`_output`), which applies the
   convolution's epilogue (a bias per channel or one for all, a residual of the output's
   layout, a ReLU: `rvm.kernels.sgemm.sgemm_segments`' ``epilogue``) as it stores, the output
@@ -46,7 +46,7 @@ winograd_bf16_pays`) the 16 GEMMs run in bf16 with float32 sums (`conv2d_transfo
 ``U`` transformed, rounded to bf16 and paired along the input channels once, at build time
 (`transform_bf16`: int32 words, (16, o, ceil(c / 2)), A as `rvm.kernels.bf16gemm.walk` reads
 it), each block's ``V`` written straight into bf16 pair rows by its input transform
-(`_input_pairs`, a pair of channels at a time), the output transform and ``M`` float32. On a
+(`_input`, a pair of channels at a time), the output transform and ``M`` float32. On a
 Zen 4 core (``vdpbf16ps``, two threads) that took 0.59-0.69 of float32 Winograd's time on
 vgg19's and squeezenet's layers, where the direct bf16 convolution took about float32
 Winograd's; its error about 1.7 times the direct bf16 convolution's (the transformed input's
@@ -59,12 +59,12 @@ import numpy as np
 
 from rvm.kernels import parfor, sgemm, workpool
 from rvm.kernels.bf16gemm import walk
-from rvm.kernels.bf16words import NO_AFFINE, pair_words
 from rvm.kernels.blocks import kept
 from rvm.kernels.cpu import cpu
 from rvm.kernels.jitting import alive, jit
 from rvm.kernels.planes import U
 from rvm.kernels.reference.bf16 import bf16_rows
+from rvm.kernels.winotiles import input_tiles, output_tiles
 
 __all__ = [
     "FIRST_RUN_TASKS",
@@ -207,133 +207,45 @@ def _weights(wf, uf, pairs, lo, hi):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
-def _input(x, n_, pt, pl, ty0, ty1, tw, v, rows, c0, c1, vc0, vch):  # type: ignore[no-untyped-def]  # noqa: E501
-    """``v`` (16 vch tiles floats: (16, vch, tiles), its channels ``vc0`` on) = ``B^T d B`` of
-    the 4 x 4 input window ``d`` of each tile in rows ``ty0`` to ``ty1`` of image ``n_``,
-    input channels ``c0`` to ``c1``
-    (the window of tile (ty, tx) at input row ``2 ty - pt``, column ``2 tx - pl``; zeros
-    outside the input), tile ``(ty - ty0) tw + tx``; ``rows`` (8 (2 tw + 2) floats) scratch:
-    a row of tiles' four input rows zero-padded, then their transform down the rows. B^T =
-    [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]."""
+def _input(x, n_, pt, pl, ty0, ty1, tw, at_v, plane, c0, c1, first, words):  # type: ignore[no-untyped-def]  # noqa: E501
+    """``B^T d B`` of the 4 x 4 input window ``d`` of each tile in rows ``ty0`` to ``ty1`` of
+    image ``n_`` (the window of tile (ty, tx) at input row ``2 ty - pt``, column ``2 tx - pl``;
+    zeros outside the input), input channels ``c0`` to ``c1``: position ``xi``'s tile ``(ty -
+    ty0) tw + tx`` at ``at_v + xi plane`` (bytes), channel ``c``'s ``c - first`` rows of tiles
+    on, float32, where ``words`` is 0; else (``c0`` and ``first`` even) bf16 pair words as
+    `rvm.kernels.bf16gemm.walk` reads B, channels ``2 p`` (low half) and ``2 p + 1`` (high
+    half; 0 past ``c1``) in the row ``p - first / 2``: a channel (pair) at a time by
+    `rvm.kernels.winotiles.input_tiles`, which reads the windows straight from the image."""
     c, ih, iw = x.shape[1], x.shape[2], x.shape[3]
-    xf = x.reshape(x.size)
     tiles = (ty1 - ty0) * tw
-    width = 2 * tw + 2
-    lo, hi = max(0, pl), min(width, iw + pl)  # the row's columns inside the input
-    wd = U(width)
-    for j in range(4 * width):
-        rows[U(j)] = 0.0
-    step = U(vch * tiles)
-    for c_ in range(c0, c1):
-        plane = (n_ * c + c_) * ih * iw
-        for ty in range(ty0, ty1):
-            for r in range(4):
-                iy = 2 * ty - pt + r
-                dst = U(r * width)
-                if 0 <= iy < ih:
-                    src = U(plane + iy * iw - pl)
-                    for j in range(lo, hi):
-                        rows[dst + U(j)] = xf[src + U(j)]
-                else:
-                    for j in range(lo, hi):
-                        rows[dst + U(j)] = 0.0
-            for j in range(width):
-                k = U(j)
-                r0, r1, r2, r3 = rows[k], rows[k + wd], rows[k + U(2) * wd], rows[k + U(3) * wd]
-                rows[k + U(4) * wd] = r0 - r2
-                rows[k + U(5) * wd] = r1 + r2
-                rows[k + U(6) * wd] = r2 - r1
-                rows[k + U(7) * wd] = r1 - r3
-            at = U((c_ - vc0) * tiles + (ty - ty0) * tw)
-            for i in range(4):
-                t = U((4 + i) * width)
-                out = at + U(4 * i) * step
-                for tx in range(tw):
-                    j = t + U(2 * tx)
-                    d0, d1, d2, d3 = rows[j], rows[j + U(1)], rows[j + U(2)], rows[j + U(3)]
-                    q = out + U(tx)
-                    v[q] = d0 - d2
-                    v[q + step] = d1 + d2
-                    v[q + U(2) * step] = d2 - d1
-                    v[q + U(3) * step] = d1 - d3
-
-
-@jit(**_OPTS)
-def _input_pairs(x, n_, pt, pl, ty0, ty1, tw, at_v, rows, c0, c1, c2):  # type: ignore[no-untyped-def]  # noqa: E501
-    """`_input` of input channels ``c0`` (even) to ``c1`` rounded into bf16 pair rows at the
-    address ``at_v``: (16, c2, tiles) int32 words, word ``(xi, p, t)`` the bits of channels
-    ``2 p`` (low half) and ``2 p + 1`` (high half; 0 past the input's) at that position and
-    tile, as `rvm.kernels.bf16gemm.walk` reads B: a pair of channels transformed into
-    scratch (32 floats a tile: L1 or L2), then rounded (`rvm.kernels.bf16words.pair_words`),
-    so the block's float32 ``V`` is never written whole and the GEMMs read half its bytes."""
-    tiles = (ty1 - ty0) * tw
-    pair = np.empty(POSITIONS * 2 * tiles, dtype=x.dtype)
-    at_s = parfor.address(pair)
-    for c_ in range(c0, c1, 2):
-        hi = min(c_ + 2, c1)
-        _input(x, n_, pt, pl, ty0, ty1, tw, pair, rows, c_, hi, c_, 2)
-        for xi in range(POSITIONS):
-            lo = at_s + 8 * xi * tiles
-            pair_words(lo, lo + 4 * tiles, at_v + 4 * (xi * c2 + c_ // 2) * tiles, tiles,
-                       hi - c_ == 2, 1, NO_AFFINE, 0)  # fmt: skip
-    alive(pair)
+    each, at_x = 2 if words else 1, parfor.address(x)
+    for c_ in range(c0, c1, each):
+        lo = at_x + 4 * (n_ * c + c_) * ih * iw
+        hi = lo + 4 * ih * iw if words and c1 - c_ > 1 else 0
+        at = at_v + 4 * ((c_ - first) // each) * tiles
+        input_tiles(lo, hi, ih, iw, 2 * ty0 - pt, pl, ty1 - ty0, tw, at, plane, words)
 
 
 @jit(**_OPTS)
 def _output(m, positions, out, n_, o0, o1, ty0, ty1, tw, epilogue, like):  # type: ignore[no-untyped-def]  # noqa: E501
     """Output channels ``o0`` to ``o1`` of image ``n_``'s rows of tiles ``ty0`` to ``ty1``:
     ``A^T M A`` of each tile's 16 products ``m`` (16 positions ``positions`` floats apart,
-    each (o1 - o0, tiles)), A^T = [[1, 1, 1, 0], [0,
-    1, -1, -1]], then the ``epilogue`` (`rvm.kernels.sgemm.sgemm_segments`': the bias's
-    address or 0, its step, the activation, the residual's address (out's layout) or 0), the
-    positions past the output's edge not stored.
-
-    A row of tiles is transformed into its two output rows in ``rows`` (in L1), then each row
-    is stored with its epilogue: both loops without a branch a tile, so the compiler
-    vectorizes them along the row (a loop over tiles that stored each into the output, the
-    odd column's and row's edge tested per tile, stayed scalar: 64 -> 64 channels on 56 x 56,
-    one Zen 4 core, 0.67 ms of Winograd's 1.98)."""
+    each (o1 - o0, tiles)), then the ``epilogue`` (`rvm.kernels.sgemm.sgemm_segments`': the
+    bias's address or 0, its step, the activation, the residual's address (out's layout) or
+    0), stored straight into the output by `rvm.kernels.winotiles.output_tiles`, the
+    positions past the output's edge not stored."""
     o, oh, ow = out.shape[1], out.shape[2], out.shape[3]
-    of = out.reshape(out.size)
     tiles = (ty1 - ty0) * tw
-    step = U(positions)
     at_bias, bias_step, act, at_res = epilogue
     bias = parfor.array_at(at_bias, (o if at_bias != 0 else 0,), like)
-    res = parfor.array_at(at_res, (of.size if at_res != 0 else 0,), like)
     zero = np.float32(0.0)
-    wide = U(2 * tw)  # a row of tiles' output row, its last column past an odd edge
-    rows = np.empty(2 * 2 * tw, dtype=out.dtype)
+    at_m, at_out = parfor.address(m), parfor.address(out)
     for k in range(o1 - o0):
         b = bias[(o0 + k) * bias_step] if at_bias != 0 else zero
-        for ty in range(ty0, ty1):
-            at = U(k * tiles + (ty - ty0) * tw)
-            for tx in range(tw):
-                q = at + U(tx)
-                m0, m1, m2, m3 = m[q], m[q + step], m[q + U(2) * step], m[q + U(3) * step]
-                m4, m5 = m[q + U(4) * step], m[q + U(5) * step]
-                m6, m7 = m[q + U(6) * step], m[q + U(7) * step]
-                m8, m9 = m[q + U(8) * step], m[q + U(9) * step]
-                m10, m11 = m[q + U(10) * step], m[q + U(11) * step]
-                m12, m13 = m[q + U(12) * step], m[q + U(13) * step]
-                m14, m15 = m[q + U(14) * step], m[q + U(15) * step]
-                s0, s1, s2, s3 = m0 + m4 + m8, m1 + m5 + m9, m2 + m6 + m10, m3 + m7 + m11
-                e0, e1, e2, e3 = m4 - m8 - m12, m5 - m9 - m13, m6 - m10 - m14, m7 - m11 - m15
-                p = U(2 * tx)
-                rows[p] = s0 + s1 + s2 + b
-                rows[p + U(1)] = s1 - s2 - s3 + b
-                rows[wide + p] = e0 + e1 + e2 + b
-                rows[wide + p + U(1)] = e1 - e2 - e3 + b
-            for r in range(min(2, oh - 2 * ty)):
-                top, src = U(((n_ * o + o0 + k) * oh + 2 * ty + r) * ow), U(r) * wide
-                if at_res != 0:
-                    for j in range(ow):
-                        rows[src + U(j)] += res[top + U(j)]
-                if act == 1:
-                    for j in range(ow):
-                        of[top + U(j)] = max(rows[src + U(j)], zero)
-                else:
-                    for j in range(ow):
-                        of[top + U(j)] = rows[src + U(j)]
+        top = 4 * ((n_ * o + o0 + k) * oh + 2 * ty0) * ow  # its first row's bytes
+        res = at_res + top if at_res != 0 else 0
+        output_tiles(at_m + 4 * k * tiles, 4 * positions, tw, ty1 - ty0, at_out + top, ow,
+                     oh - 2 * ty0, res, b, act)  # fmt: skip
 
 
 # A job (int64): its length, x, u (the transformed weight), out, n, c, ih, iw, o, oh, ow, pt,
@@ -398,12 +310,8 @@ def _blocks_task(piece, like, data):  # type: ignore[no-untyped-def]
     bf16, c2 = j[_BF16], (c + 1) // 2
     v = kept(POSITIONS * (c2 if bf16 else c) * per * tw, x.dtype)  # bf16: pair words
     m = kept(POSITIONS * oc * per * tw, x.dtype)
-    rows = np.empty(8 * (2 * tw + 2), dtype=x.dtype)
-    if bf16:
-        _input_pairs(x, n_, pt, pl, ty0, ty1, tw, parfor.address(v), rows, 0, c, c2)
-    else:
-        _input(x, n_, pt, pl, ty0, ty1, tw, v, rows, 0, c, 0, c)
     at_v, at_m = parfor.address(v), parfor.address(m)
+    _input(x, n_, pt, pl, ty0, ty1, tw, at_v, 4 * (c2 if bf16 else c) * tiles, 0, c, 0, bf16)
     _products(j[2], at_v, at_m, 0, POSITIONS, o0, oc, o, c, tiles, bf16)
     alive(v)  # read by the GEMMs through its address: not freed before
     _output(m, oc * tiles, out, n_, o0, o1, ty0, ty1, tw, (j[16], j[17], j[18], j[19]), like)
@@ -442,12 +350,9 @@ def _apart(piece, j, like):  # type: ignore[no-untyped-def]
         u = _unit(j, 0, inputs, piece)
         n_, r = u // ranges, u % ranges
         c0, c1 = parfor.piece_range(r, ranges, c, 1 + j[_BF16])  # bf16: whole pairs
-        rows = np.empty(8 * (2 * tw + 2), dtype=x.dtype)
-        if j[_BF16]:
-            at_v = parfor.address(v) + 4 * n_ * image_v
-            _input_pairs(x, n_, j[11], j[12], 0, th, tw, at_v, rows, c0, c1, (c + 1) // 2)
-        else:
-            _input(x, n_, j[11], j[12], 0, th, tw, v[n_ * image_v :], rows, c0, c1, 0, c)
+        plane = 4 * ((c + 1) // 2 if j[_BF16] else c) * tiles
+        at_v = parfor.address(v) + 4 * n_ * image_v
+        _input(x, n_, j[11], j[12], 0, th, tw, at_v, plane, c0, c1, 0, j[_BF16])
         workpool.add_at(done, 1)
         return
     if piece < inputs + gemms:
