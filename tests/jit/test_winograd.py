@@ -181,13 +181,14 @@ def test_conv2d_takes_winograd(blas_threads, shape) -> None:
 
 
 # (c, o, output side, Winograd's bf16 where the CPU has bf16 dot products, no AMX): the
-# models' layers the rule was measured on (`convmethod.winograd_bf16_pays`, session 86).
+# models' layers the rule was measured on (`convmethod.winograd_bf16_pays`, sessions 86, 90).
 BF16_LAYERS = [
     (64, 192, 56, True),  # inception_v2's first 3 x 3: a large map
     (96, 96, 28, True),  # 28 x 28: 196 tiles, not a small map
-    (96, 128, 14, False),  # inception_v2's 14 x 14 layers: the direct bf16 convolution
-    (192, 256, 14, False),
-    (160, 320, 13, False),  # inception_v1's largest at 13 x 13
+    (96, 128, 14, True),  # inception_v2's 14 x 14 layers (session 90's transforms)
+    (192, 256, 14, True),
+    (160, 320, 13, True),  # inception_v1's largest at 13 x 13
+    (128, 32, 28, False),  # densenet121's: too few output channels
     (256, 256, 14, True),  # resnet50's, and the deeper layers of small maps
     (256, 384, 12, True),  # bvlc_alexnet's
     (512, 512, 12, True),  # zfnet512's
@@ -197,10 +198,9 @@ BF16_LAYERS = [
 
 @pytest.mark.parametrize("c, o, side, taken", BF16_LAYERS)
 def test_winograd_bf16_rule_on_the_models_layers(c, o, side, taken) -> None:
-    """Winograd's bf16 form on small maps (under `convmethod.WINOGRAD_BF16_TILES` tiles) only
-    from `convmethod.WINOGRAD_BF16_SMALL` input channels; on larger maps from
-    `convmethod.WINOGRAD_BF16_CHANNELS` each way; never without bf16 dot products, nor on
-    AMX (the direct convolution's tiles)."""
+    """Winograd's bf16 form from `convmethod.WINOGRAD_BF16_CHANNELS` input and output
+    channels on maps of any size Winograd's float32 rule takes; never without bf16 dot
+    products, nor on AMX (the direct convolution's tiles)."""
     from rvm.kernels import amx, bf16gemm
 
     got = convmethod.winograd_bf16_pays(c, o, 1, 3, 3, 1, 1, 1, 1, side, side)

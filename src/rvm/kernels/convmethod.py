@@ -42,8 +42,6 @@ __all__ = [
     "TRANSFORMED_BF16",
     "WINOGRAD",
     "WINOGRAD_BF16_CHANNELS",
-    "WINOGRAD_BF16_SMALL",
-    "WINOGRAD_BF16_TILES",
     "WINOGRAD_MEAN_CHANNELS",
     "WINOGRAD_MIN_CHANNELS",
     "WINOGRAD_MIN_TILES",
@@ -288,8 +286,7 @@ def winograd_bf16_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):  # type: i
     rather than the direct bf16 convolution (`rvm.kernels.bf16conv`): where the CPU has bf16
     dot products (`rvm.kernels.bf16gemm.DPBF16`), Winograd's pays in float32
     (`winograd_pays`) and the GEMMs are deep and tall enough for the pair micro-kernel:
-    `WINOGRAD_BF16_CHANNELS` input and output channels or more, and on maps of fewer than
-    `WINOGRAD_BF16_TILES` tiles `WINOGRAD_BF16_SMALL` input channels.
+    `WINOGRAD_BF16_CHANNELS` input and output channels or more, on maps of any size.
 
     Measured on a Zen 4 (AVX512-BF16, two threads, a layer alone in a model + ReLU, native
     mode, interleaved medians, its input float32 both ways), Winograd's time over the direct
@@ -317,21 +314,21 @@ def winograd_bf16_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):  # type: i
     next convolution's pair plane) and 0.81-0.95 on inception_v1's, but 1.01-1.15 on
     resnet50's 256 -> 256 and 1.07-1.28 on zfnet512's and vgg19's: the floor of input
     channels on small maps is 256 (inception_v2 0.946-0.951 of its bf16 time, inception_v1
-    0.98-1.01)."""
+    0.98-1.01). Session 90's transforms (`rvm.kernels.winotiles`: 0.4-0.6 of the bf16 input
+    transform's time and 0.6-0.8 of the output's on 28 x 28 and 14 x 14 maps) lifted that
+    floor: Winograd's on small maps from 64 channels, the models built both ways and taken in
+    turns, took inception_v2 to 0.951-0.957 of its time (from 64, 96 or 128 input channels)
+    and inception_v1 to 0.965-0.987; squeezenet's 64 -> 256 on 13 x 13 tied (1.001)."""
     if not bf16gemm.DPBF16 or amx.AMX:  # AMX: the direct convolution's tiles (module doc)
         return False
     if not winograd_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):
         return False
-    tiles = ((oh + 1) // 2) * ((ow + 1) // 2)
-    if min(c, o) < WINOGRAD_BF16_CHANNELS:
-        return False
-    return tiles >= WINOGRAD_BF16_TILES or c >= WINOGRAD_BF16_SMALL
+    return min(c, o) >= WINOGRAD_BF16_CHANNELS
 
 
-WINOGRAD_BF16_CHANNELS, WINOGRAD_BF16_SMALL, WINOGRAD_BF16_TILES = 64, 256, 196
-"""`winograd_bf16_pays`' floors: the input and output channels, the input channels on small
-maps, and the tiles of a map not small (28 x 28 maps'), measured where bf16 dot products run
-(AVX-512: 16 lanes)."""
+WINOGRAD_BF16_CHANNELS = 64
+"""`winograd_bf16_pays`' floor of input and output channels, measured where bf16 dot products
+run (AVX-512: 16 lanes)."""
 
 
 WINOGRAD_MIN_TILES = 32
