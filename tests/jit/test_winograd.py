@@ -69,7 +69,7 @@ def test_winograd_blocks_of_rows_at_two_threads() -> None:
     c = o = 64
     side = 2 * math.isqrt(winograd.L2_FLOATS // (c + o)) + 4  # tiles beyond one block
     th = tw = side // 2
-    per, blocks, parts, ranges = winograd.cut.py_func(c, o, 1, tw, th, 2)
+    per, blocks, parts, ranges = winograd.cut.py_func(c, o, 1, tw, th, 2, 0)
     assert winograd.block_rows.py_func(c, o, tw, th) < th  # more than one block an image
     assert ranges == 0 and parts == 1 and blocks % 2 == 0 and blocks >= 4
     assert per * blocks >= th and th * tw >= blocks * winograd.ROW_BLOCK_TILES
@@ -77,8 +77,21 @@ def test_winograd_blocks_of_rows_at_two_threads() -> None:
     # block an image where L2 is 512 KB): the phases cut apart.
     if winograd.block_rows.py_func(512, 512, 14, 14) < 14:
         assert 14 * 14 < 4 * winograd.ROW_BLOCK_TILES
-        assert winograd.cut.py_func(512, 512, 1, 14, 14, 2)[3] > 0
+        assert winograd.cut.py_func(512, 512, 1, 14, 14, 2, 0)[3] > 0
     _rows_match_one_thread(c, o, side)
+
+
+def test_bf16_blocks_of_rows_fit_l2() -> None:
+    """With bf16 pair words (`winograd.cut`'s ``words``), blocks of rows are cut until a
+    block's transformed input (words) and products at all 16 positions fit one core's L2,
+    a multiple of the threads; float32's cut is unchanged by it."""
+    c, o, tw, th = 64, 192, 28, 28  # inception_v2's 64 -> 192 on 56 x 56
+    per, blocks, parts, ranges = winograd.cut.py_func(c, o, 1, tw, th, 2, 1)
+    plain = winograd.cut.py_func(c, o, 1, tw, th, 2, 0)
+    assert (parts, ranges) == (1, 0) and blocks % 2 == 0 and blocks > plain[1]
+    assert 16 * per * tw * ((c + 1) // 2 + o) <= winograd.L2_FLOATS
+    assert -(-th // blocks) == per
+    assert winograd.cut.py_func(512, 512, 1, 14, 14, 2, 1)[3] > 0  # phases apart: as before
 
 
 def test_winograd_small_weight_cut_in_rows_at_two_threads() -> None:
@@ -90,10 +103,10 @@ def test_winograd_small_weight_cut_in_rows_at_two_threads() -> None:
     assert winograd.POSITIONS * c * o <= winograd.L2_FLOATS
     th = tw = math.isqrt(2 * winograd.ROW_BLOCK_TILES) + 1  # four blocks of half the floor
     assert winograd.block_rows.py_func(c, o, tw, th) == th  # one block an image
-    per, blocks, parts, ranges = winograd.cut.py_func(c, o, 1, tw, th, 2)
+    per, blocks, parts, ranges = winograd.cut.py_func(c, o, 1, tw, th, 2, 0)
     assert ranges == 0 and parts == 1 and blocks == 4 and per * blocks >= th
     # Too few tiles for those blocks: the phases apart.
-    assert winograd.cut.py_func(c, o, 1, th // 2, th // 2, 2)[3] > 0
+    assert winograd.cut.py_func(c, o, 1, th // 2, th // 2, 2, 0)[3] > 0
     _rows_match_one_thread(c, o, 2 * th, bits=False)
 
 
@@ -123,7 +136,7 @@ def test_winograd_phases_apart_give_one_threads_bits(n) -> None:
     thread's bits at every call, its units by thread or not (`parfor.set_affine`)."""
     shape = (n, 64, 14, 14, 96, (1, 1, 1, 1))
     x, w, (pt, pl, _, _), want = _case(shape)
-    assert winograd.cut.py_func(64, 96, n, 7, 7, 2)[3] > 0  # apart
+    assert winograd.cut.py_func(64, 96, n, 7, 7, 2, 0)[3] > 0  # apart
     outs = []
     before = rvm.get_num_threads()
     try:
@@ -188,7 +201,8 @@ BF16_LAYERS = [
     (96, 128, 14, True),  # inception_v2's 14 x 14 layers (session 90's transforms)
     (192, 256, 14, True),
     (160, 320, 13, True),  # inception_v1's largest at 13 x 13
-    (128, 32, 28, False),  # densenet121's: too few output channels
+    (128, 32, 28, True),  # densenet121's growth layers: 32 output channels
+    (32, 128, 27, False),  # squeezenet's: too few input channels
     (256, 256, 14, True),  # resnet50's, and the deeper layers of small maps
     (256, 384, 12, True),  # bvlc_alexnet's
     (512, 512, 12, True),  # zfnet512's
@@ -198,9 +212,10 @@ BF16_LAYERS = [
 
 @pytest.mark.parametrize("c, o, side, taken", BF16_LAYERS)
 def test_winograd_bf16_rule_on_the_models_layers(c, o, side, taken) -> None:
-    """Winograd's bf16 form from `convmethod.WINOGRAD_BF16_CHANNELS` input and output
-    channels on maps of any size Winograd's float32 rule takes; never without bf16 dot
-    products, nor on AMX (the direct convolution's tiles)."""
+    """Winograd's bf16 form from `convmethod.WINOGRAD_BF16_CHANNELS` input and
+    `convmethod.WINOGRAD_BF16_OUTPUTS` output channels on maps of any size Winograd's float32
+    rule takes; never without bf16 dot products, nor on AMX (the direct convolution's
+    tiles)."""
     from rvm.kernels import amx, bf16gemm
 
     got = convmethod.winograd_bf16_pays(c, o, 1, 3, 3, 1, 1, 1, 1, side, side)

@@ -42,6 +42,7 @@ __all__ = [
     "TRANSFORMED_BF16",
     "WINOGRAD",
     "WINOGRAD_BF16_CHANNELS",
+    "WINOGRAD_BF16_OUTPUTS",
     "WINOGRAD_MEAN_CHANNELS",
     "WINOGRAD_MIN_CHANNELS",
     "WINOGRAD_MIN_TILES",
@@ -286,7 +287,8 @@ def winograd_bf16_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):  # type: i
     rather than the direct bf16 convolution (`rvm.kernels.bf16conv`): where the CPU has bf16
     dot products (`rvm.kernels.bf16gemm.DPBF16`), Winograd's pays in float32
     (`winograd_pays`) and the GEMMs are deep and tall enough for the pair micro-kernel:
-    `WINOGRAD_BF16_CHANNELS` input and output channels or more, on maps of any size.
+    `WINOGRAD_BF16_CHANNELS` input channels and `WINOGRAD_BF16_OUTPUTS` output channels or
+    more, on maps of any size.
 
     Measured on a Zen 4 (AVX512-BF16, two threads, a layer alone in a model + ReLU, native
     mode, interleaved medians, its input float32 both ways), Winograd's time over the direct
@@ -318,17 +320,23 @@ def winograd_bf16_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):  # type: i
     transform's time and 0.6-0.8 of the output's on 28 x 28 and 14 x 14 maps) lifted that
     floor: Winograd's on small maps from 64 channels, the models built both ways and taken in
     turns, took inception_v2 to 0.951-0.957 of its time (from 64, 96 or 128 input channels)
-    and inception_v1 to 0.965-0.987; squeezenet's 64 -> 256 on 13 x 13 tied (1.001)."""
+    and inception_v1 to 0.965-0.987; squeezenet's 64 -> 256 on 13 x 13 tied (1.001). Then
+    densenet121's 128 -> 32 (its growth layers: 32 output channels), calm, on 56 x 56 maps
+    0.916-0.933, from 28 x 28 0.887-0.892, from 14 x 14 0.885; but in a slow spell of the host
+    (all three maps) 1.113: Winograd's transformed input and products, through L3, lose more
+    there than the direct convolution. Taken on every map, the calm figure."""
     if not bf16gemm.DPBF16 or amx.AMX:  # AMX: the direct convolution's tiles (module doc)
         return False
     if not winograd_pays(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow):
         return False
-    return min(c, o) >= WINOGRAD_BF16_CHANNELS
+    return c >= WINOGRAD_BF16_CHANNELS and o >= WINOGRAD_BF16_OUTPUTS
 
 
-WINOGRAD_BF16_CHANNELS = 64
-"""`winograd_bf16_pays`' floor of input and output channels, measured where bf16 dot products
-run (AVX-512: 16 lanes)."""
+WINOGRAD_BF16_CHANNELS, WINOGRAD_BF16_OUTPUTS = 64, 32
+"""`winograd_bf16_pays`' floors of input channels (the GEMMs' depth: under 64, 32 pairs, the
+pair micro-kernel's steps a tile cost more than the direct convolution's taps) and of
+output channels (the GEMMs' rows), measured where bf16 dot products run (AVX-512: 16
+lanes)."""
 
 
 WINOGRAD_MIN_TILES = 32

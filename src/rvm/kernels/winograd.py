@@ -122,10 +122,11 @@ threads, its input in cache or evicted, medians and quartiles of alternated proc
 
 
 @jit(**_OPTS)
-def cut(c, o, n, tw, th, threads):  # type: ignore[no-untyped-def]
+def cut(c, o, n, tw, th, threads, words):  # type: ignore[no-untyped-def]
     """(rows of tiles a block, blocks an image, ranges of output channels, ranges of input
     channels): a call's pieces on the pool's ``threads``, ``n`` images of ``th`` rows of ``tw``
-    tiles, for ``c`` input and ``o`` output channels.
+    tiles, for ``c`` input and ``o`` output channels, the transformed input float32 or (``words``
+    1) bf16 pair words.
 
     Blocks as large as `block_rows` has them (an image's rows cut evenly), each piece one
     block's three phases, where they give each thread `rvm.kernels.parfor.PIECES_PER_THREAD`
@@ -149,7 +150,16 @@ def cut(c, o, n, tw, th, threads):  # type: ignore[no-untyped-def]
 
     At batch 1 on two threads that takes inception_v1's and inception_v2's 64 -> 192 on 56 x
     56 and vgg19's layers on 112 x 112 and 56 x 56 out of the phases cut apart (vgg19's
-    image streamed 13-38 MB of them through L3 and memory)."""
+    image streamed 13-38 MB of them through L3 and memory).
+
+    With ``words`` (bf16 products: the transformed input in pair words, half its floats),
+    whole blocks of rows are cut further, a multiple of the threads, until a block's
+    transformed input and products at all 16 positions fit one core's L2 (inception_v2's 64
+    -> 192 on 56 x 56: 14 blocks of 2 rows, not 4 of 7). Session 90, the rule switched at run
+    time in turns in one process (two threads, Zen 4): inception_v2 0.977-0.987 of its bf16
+    time, inception_v1 0.988, resnet50 0.999-1.002, vgg19 0.996, densenet121 0.999-1.005.
+    (Float32 blocks that fit L2 so, session 88: inception_v2's 64 -> 192 in 14 blocks 0.975,
+    in 28 1.076.)"""
     per = block_rows(c, o, tw, th)
     blocks = -(-th // per)
     want = parfor.PIECES_PER_THREAD * threads
@@ -159,6 +169,9 @@ def cut(c, o, n, tw, th, threads):  # type: ignore[no-untyped-def]
     small_weight = POSITIONS * o * c <= L2_FLOATS  # each block reads it all again
     least = ROW_BLOCK_TILES // 2 if small_weight else ROW_BLOCK_TILES
     if (blocks > 1 or small_weight) and th * tw >= b * least:  # whole blocks of rows
+        if words:  # all 16 positions' pair words and products in one core's L2
+            fit = -(-th // max(1, L2_FLOATS // (POSITIONS * ((c + 1) // 2 + o) * tw)))
+            b = min(th, max(b, -(-fit // threads) * threads))
         return -(-th // b), b, 1, 0
     each = -(-want // n)
     return th, min(POSITIONS, each), min(o, each), max(1, min(each, c // sgemm.LANES))
@@ -427,7 +440,7 @@ def transformed_at(x, at_u, out, pt, pl, epilogue, bf16):  # type: ignore[no-unt
         return
     th, tw = (oh + 1) // 2, (ow + 1) // 2
     threads = parfor.threads()
-    per, blocks, parts, ranges = cut(c, o, n, tw, th, threads)
+    per, blocks, parts, ranges = cut(c, o, n, tw, th, threads, bf16)
     apart = n * POSITIONS * th * tw if ranges else 1  # the phases' shared operands, per channel
     v, m = kept(apart * c, x.dtype), kept(apart * o, x.dtype)
     size = _JOB + 3 * threads if ranges and threads > 1 and parfor.affine() else _JOB
