@@ -399,6 +399,7 @@ def winograd_keeps_phases(c: int, o: int, oh: int, ow: int) -> bool:
     from rvm.kernels import winograd
     from rvm.kernels.threads import get_num_threads
 
+    # float32's cut: bf16's (``words``) cuts its blocks of rows finer, its phases alike
     cut = winograd.cut.py_func(c, o, 1, (ow + 1) // 2, (oh + 1) // 2, get_num_threads(), 0)
     return bool(cut[3] == 0)
 
