@@ -37,11 +37,35 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rvm.kernels.bf16words import LANES, pair_bits
+from rvm.kernels.epilogue import VectorMath
 from rvm.kernels.vectors import VectorIR
 
 __all__ = ["input_tiles", "output_tiles"]
 
 I64 = ir.IntType(64)
+
+
+def _bt(b: ir.IRBuilder, x0: ir.Value, x1: ir.Value, x2: ir.Value, x3: ir.Value) -> list:
+    """One B^T combination of four vectors: ``[x0 - x2, x1 + x2, x2 - x1, x1 - x3]`` (B^T =
+    [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]), down a window's rows and
+    across its columns alike."""
+    return [b.fsub(x0, x2), b.fadd(x1, x2), b.fsub(x2, x1), b.fsub(x1, x3)]
+
+
+def _smaller(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """The smaller of two i64s."""
+    return b.select(b.icmp_signed("<", x, y), x, y)
+
+
+def _inside(b: ir.IRBuilder, y: ir.Value, height: ir.Value) -> ir.Value:
+    """Whether row ``y`` (i64) is one of the image's ``height``."""
+    return b.and_(b.icmp_signed(">=", y, I64(0)), b.icmp_signed("<", y, height))
+
+
+def _lanes_from(b: ir.IRBuilder, v: VectorIR, lo: ir.Value, hi: ir.Value) -> ir.Value:
+    """The mask of lanes ``lo`` to ``hi`` (i64s, clamped to the vector)."""
+    every = ir.Constant(v.masks, [1] * v.lanes)
+    return b.and_(v.first(hi), b.xor(v.first(lo), every))
 
 
 def _windows(builder: ir.IRBuilder, v: VectorIR, src, row, masks) -> list:  # type: ignore[no-untyped-def]  # noqa: E501
@@ -58,17 +82,10 @@ def _windows(builder: ir.IRBuilder, v: VectorIR, src, row, masks) -> list:  # ty
     for a in range(4):
         at = b.add(src, b.mul(row, I64(a)))
         raw.append([v.load(b.add(at, I64(4 * LANES * k)), v.f32, masks[a][k]) for k in range(3)])
-    r0, r1, r2, r3 = raw
-    down = [
-        [b.fsub(r0[k], r2[k]) for k in range(3)],
-        [b.fadd(r1[k], r2[k]) for k in range(3)],
-        [b.fsub(r2[k], r1[k]) for k in range(3)],
-        [b.fsub(r1[k], r3[k]) for k in range(3)],
-    ]
+    down = zip(*(_bt(b, *(r[k] for r in raw)) for k in range(3)))  # each row's 3 vectors
     out = []
     for vectors in down:
-        d0, d1, d2, d3 = _columns(b, v, vectors)
-        out += [b.fsub(d0, d2), b.fadd(d1, d2), b.fsub(d2, d1), b.fsub(d1, d3)]
+        out += _bt(b, *_columns(b, v, list(vectors)))
     return out
 
 
@@ -102,17 +119,12 @@ def input_tiles(typingctx, lo, hi, ih, iw, top, pl, rows, tw, out, plane, mode):
         row = b.mul(iw, I64(4))
         steps = b.sdiv(b.add(tw, I64(LANES - 1)), I64(LANES))
         none = ir.Constant(v.masks, [0] * LANES)
-        every = ir.Constant(v.masks, [1] * LANES)
         with_hi = b.icmp_signed("!=", hi, I64(0))
 
         def loop(store):  # type: ignore[no-untyped-def]
             with cgutils.for_range(b, rows) as ty:
                 y = b.add(top, b.add(ty.index, ty.index))
-                inside = []
-                for a in range(4):
-                    ya = b.add(y, I64(a))
-                    above, below = b.icmp_signed(">=", ya, I64(0)), b.icmp_signed("<", ya, ih)
-                    inside.append(b.and_(above, below))
+                inside = [_inside(b, b.add(y, I64(a)), ih) for a in range(4)]
                 first = b.mul(b.sub(b.mul(y, iw), pl), I64(4))  # tile 0's window's bytes
                 at_row = b.add(out, b.mul(b.mul(ty.index, tw), I64(4)))
                 with cgutils.for_range(b, steps) as each:
@@ -121,12 +133,11 @@ def input_tiles(typingctx, lo, hi, ih, iw, top, pl, rows, tw, out, plane, mode):
                     col = b.sub(b.add(at, at), pl)  # the input column of lane 0's window
                     span = b.add(b.add(left, left), I64(2))  # the values the tiles read
                     columns = []
-                    for k in range(3):
-                        past = b.sub(b.sub(iw, col), I64(LANES * k))  # lanes before the edge
-                        end = b.select(b.icmp_signed("<", past, b.sub(span, I64(LANES * k))),
-                                       past, b.sub(span, I64(LANES * k)))  # fmt: skip
-                        before = b.sub(I64(-LANES * k), col)  # lanes left of the image
-                        columns.append(b.and_(v.first(end), b.xor(v.first(before), every)))
+                    for k in range(3):  # lanes left of the image off, and past its edge
+                        before = b.sub(I64(-LANES * k), col)
+                        past = b.sub(b.sub(iw, col), I64(LANES * k))
+                        end = _smaller(b, past, b.sub(span, I64(LANES * k)))
+                        columns.append(_lanes_from(b, v, before, end))
                     masks = [[b.select(ok, m, none) for m in columns] for ok in inside]
                     offset = b.add(first, b.mul(at, I64(8)))
 
@@ -184,13 +195,12 @@ def _permute(b: ir.IRBuilder, v: VectorIR, first: ir.Value, second: ir.Value, in
 
 
 def _row_lanes(b: ir.IRBuilder, v: VectorIR, tw) -> tuple:  # type: ignore[no-untyped-def]
-    """(the lane numbers, whether each is in the first of two rows of ``tw`` tiles, its tile
-    in its row), as i32 vectors: a vector holding two rows of tiles, lanes ``[0, tw)`` and
-    ``[tw, 2 tw)``."""
+    """(whether each lane is in the first of two rows of ``tw`` tiles, its tile in its row),
+    as vectors: a vector holding two rows of tiles, lanes ``[0, tw)`` and ``[tw, 2 tw)``."""
     lanes = ir.Constant(v.i32, list(range(LANES)))
     width = v.broadcast(b.trunc(tw, ir.IntType(32)), v.i32)
     upper = b.icmp_signed("<", lanes, width)
-    return lanes, upper, b.select(upper, lanes, b.sub(lanes, width))
+    return upper, b.select(upper, lanes, b.sub(lanes, width))
 
 
 def _two_rows(b: ir.IRBuilder, v: VectorIR, shape: tuple, store) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
@@ -202,14 +212,12 @@ def _two_rows(b: ir.IRBuilder, v: VectorIR, shape: tuple, store) -> None:  # typ
     windows)`` as `input_tiles`' loop's, ``windows(src)`` the 16 vectors at ``src``."""
     ih, iw, top, pl, rows, tw, out = shape
     none = ir.Constant(v.masks, [0] * LANES)
-    every = ir.Constant(v.masks, [1] * LANES)
     row = b.mul(iw, I64(4))
-    _, upper, tile = _row_lanes(b, v, tw)
+    upper, tile = _row_lanes(b, v, tw)
     shift = b.select(upper, ir.Constant(v.i32, [0] * LANES), ir.Constant(v.i32, [LANES] * LANES))
     index = [b.add(b.add(b.add(tile, tile), shift), v.constant(k)) for k in range(4)]
     span = b.add(b.add(tw, tw), I64(2))  # the values a row of tiles reads
-    end = b.select(b.icmp_signed("<", span, b.add(iw, pl)), span, b.add(iw, pl))
-    columns = b.and_(v.first(end), b.xor(v.first(pl), every))
+    columns = _lanes_from(b, v, pl, _smaller(b, span, b.add(iw, pl)))
     pairs = b.sdiv(b.add(rows, I64(1)), I64(2))
     with cgutils.for_range(b, pairs) as q:
         ty = b.add(q.index, q.index)
@@ -219,8 +227,7 @@ def _two_rows(b: ir.IRBuilder, v: VectorIR, shape: tuple, store) -> None:  # typ
             y = b.add(top, b.mul(b.add(ty, I64(t)), I64(2)))
             here = []
             for a in range(4):
-                ya = b.add(y, I64(a))
-                ok = b.and_(b.icmp_signed(">=", ya, I64(0)), b.icmp_signed("<", ya, ih))
+                ok = _inside(b, b.add(y, I64(a)), ih)
                 here.append(b.select(b.and_(ok, two) if t else ok, columns, none))
             masks.append(here)
         first = b.mul(b.sub(b.mul(b.add(top, b.add(ty, ty)), iw), pl), I64(4))
@@ -241,13 +248,10 @@ def _windows_two(b: ir.IRBuilder, v: VectorIR, src, row, masks, index) -> list: 
     for t in range(2):
         at = b.add(src, b.mul(row, I64(2 * t)))
         loaded.append([v.load(b.add(at, b.mul(row, I64(a))), v.f32, masks[t][a]) for a in range(4)])
-    down = []
-    for r0, r1, r2, r3 in loaded:
-        down.append([b.fsub(r0, r2), b.fadd(r1, r2), b.fsub(r2, r1), b.fsub(r1, r3)])
+    down = [_bt(b, *rows) for rows in loaded]
     out = []
     for i in range(4):
-        d0, d1, d2, d3 = (_permute(b, v, down[0][i], down[1][i], index[k]) for k in range(4))
-        out += [b.fsub(d0, d2), b.fadd(d1, d2), b.fsub(d2, d1), b.fsub(d1, d3)]
+        out += _bt(b, *(_permute(b, v, down[0][i], down[1][i], index[k]) for k in range(4)))
     return out
 
 
@@ -265,7 +269,7 @@ def output_tiles(typingctx, m, plane, tw, rows, out, ow, height, res, bias, act)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         m, plane, tw, rows, out, ow, height, res, bias, act = args
-        b, v = builder, VectorIR(builder, LANES)
+        b, v = builder, VectorMath(builder, LANES)
         with_res, relu = b.icmp_signed("!=", res, I64(0)), b.icmp_signed("==", act, I64(1))
         bias_v = v.broadcast(bias, v.f32)
 
@@ -291,13 +295,12 @@ def output_tiles(typingctx, m, plane, tw, rows, out, ow, height, res, bias, act)
 
 def _epilogue(b, v, value, res, offset, keep, with_res, relu):  # type: ignore[no-untyped-def]
     """``value`` plus the residual's lanes at ``res + offset`` (where ``with_res``; lanes off
-    ``keep`` not read), then ReLU'd where ``relu`` (a NaN stays a NaN)."""
-    zero = ir.Constant(v.f32, None)
+    ``keep`` not read), then ReLU'd where ``relu`` (`VectorMath.activation`'s: a NaN stays
+    a NaN)."""
     safe = b.select(with_res, b.add(res, offset), I64(0))
     added = b.fadd(value, v.load(safe, v.f32, b.select(with_res, keep, v.first(I64(0)))))
     value = b.select(with_res, added, value)
-    clipped = b.select(b.fcmp_ordered("<", value, zero), zero, value)
-    return b.select(relu, clipped, value)
+    return b.select(relu, v.activation(value, 1), value)
 
 
 def _sums(b: ir.IRBuilder, p: list, bias: ir.Value) -> list:
@@ -350,7 +353,7 @@ def _two_rows_out(b: ir.IRBuilder, v: VectorIR, shape: tuple, finish) -> None:  
     a two-source permute."""
     m, plane, tw, rows, ow, height, bias = shape
     line = b.mul(ow, I64(4))
-    lanes, _, _ = _row_lanes(b, v, tw)
+    lanes = ir.Constant(v.i32, list(range(LANES)))
     half = b.lshr(lanes, v.constant(1))  # output column j: tile j / 2, its even or odd value
     odd = b.mul(b.and_(lanes, v.constant(1)), v.constant(LANES))
     width = v.broadcast(b.trunc(tw, ir.IntType(32)), v.i32)
