@@ -220,14 +220,14 @@ def _weights(wf, uf, pairs, lo, hi):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS)
-def _input(x, n_, pt, pl, ty0, ty1, tw, at_v, plane, c0, c1, first, words):  # type: ignore[no-untyped-def]  # noqa: E501
+def _input(x, n_, pt, pl, ty0, ty1, tw, at_v, plane, c0, c1, words):  # type: ignore[no-untyped-def]  # noqa: E501
     """``B^T d B`` of the 4 x 4 input window ``d`` of each tile in rows ``ty0`` to ``ty1`` of
     image ``n_`` (the window of tile (ty, tx) at input row ``2 ty - pt``, column ``2 tx - pl``;
     zeros outside the input), input channels ``c0`` to ``c1``: position ``xi``'s tile ``(ty -
-    ty0) tw + tx`` at ``at_v + xi plane`` (bytes), channel ``c``'s ``c - first`` rows of tiles
-    on, float32, where ``words`` is 0; else (``c0`` and ``first`` even) bf16 pair words as
+    ty0) tw + tx`` at ``at_v + xi plane`` (bytes), channel ``c``'s ``c`` rows of tiles on,
+    float32, where ``words`` is 0; else (``c0`` even) bf16 pair words as
     `rvm.kernels.bf16gemm.walk` reads B, channels ``2 p`` (low half) and ``2 p + 1`` (high
-    half; 0 past ``c1``) in the row ``p - first / 2``: a channel (pair) at a time by
+    half; 0 past ``c1``) in the row ``p``: a channel (pair) at a time by
     `rvm.kernels.winotiles.input_tiles`, which reads the windows straight from the image."""
     c, ih, iw = x.shape[1], x.shape[2], x.shape[3]
     tiles = (ty1 - ty0) * tw
@@ -235,7 +235,7 @@ def _input(x, n_, pt, pl, ty0, ty1, tw, at_v, plane, c0, c1, first, words):  # t
     for c_ in range(c0, c1, each):
         lo = at_x + 4 * (n_ * c + c_) * ih * iw
         hi = lo + 4 * ih * iw if words and c1 - c_ > 1 else 0
-        at = at_v + 4 * ((c_ - first) // each) * tiles
+        at = at_v + 4 * (c_ // each) * tiles
         input_tiles(lo, hi, ih, iw, 2 * ty0 - pt, pl, ty1 - ty0, tw, at, plane, words)
 
 
@@ -324,7 +324,7 @@ def _blocks_task(piece, like, data):  # type: ignore[no-untyped-def]
     v = kept(POSITIONS * (c2 if bf16 else c) * per * tw, x.dtype)  # bf16: pair words
     m = kept(POSITIONS * oc * per * tw, x.dtype)
     at_v, at_m = parfor.address(v), parfor.address(m)
-    _input(x, n_, pt, pl, ty0, ty1, tw, at_v, 4 * (c2 if bf16 else c) * tiles, 0, c, 0, bf16)
+    _input(x, n_, pt, pl, ty0, ty1, tw, at_v, 4 * (c2 if bf16 else c) * tiles, 0, c, bf16)
     _products(j[2], at_v, at_m, 0, POSITIONS, o0, oc, o, c, tiles, bf16)
     alive(v)  # read by the GEMMs through its address: not freed before
     _output(m, oc * tiles, out, n_, o0, o1, ty0, ty1, tw, (j[16], j[17], j[18], j[19]), like)
@@ -365,7 +365,7 @@ def _apart(piece, j, like):  # type: ignore[no-untyped-def]
         c0, c1 = parfor.piece_range(r, ranges, c, 1 + j[_BF16])  # bf16: whole pairs
         plane = 4 * ((c + 1) // 2 if j[_BF16] else c) * tiles
         at_v = parfor.address(v) + 4 * n_ * image_v
-        _input(x, n_, j[11], j[12], 0, th, tw, at_v, plane, c0, c1, 0, j[_BF16])
+        _input(x, n_, j[11], j[12], 0, th, tw, at_v, plane, c0, c1, j[_BF16])
         workpool.add_at(done, 1)
         return
     if piece < inputs + gemms:
