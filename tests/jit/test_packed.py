@@ -16,7 +16,7 @@ import rvm
 from rvm import op
 from rvm.errors import IRError
 from rvm.ir import Builder, Call, IRModule, Var, tensor
-from rvm.kernels import packed, sgemm
+from rvm.kernels import packed, parfor, sgemm
 from rvm.kernels.threads import get_num_threads, set_num_threads
 from rvm.transform.pack_weights import pack_weights
 
@@ -354,6 +354,12 @@ def test_a_product_cut_along_panels_takes_a_multiple_of_the_threads(parts) -> No
         m, k, panel = 64, 256, 16
         n = parts * packed.SPLIT_MIN_MNK // (m * k)  # work // SPLIT_MIN_MNK == parts
         pieces, step, along_n = packed._cut(m, k, n, panel)
-        assert along_n and pieces == parts - 1 and pieces * step >= n // panel
+        assert along_n and pieces == parts - 1 and step == pieces
+        # each piece an equal share of the panels: the two threads' shares differ by a
+        # piece's rounding at most (14 panels in 6: not 3, 3, 3, 3, 2)
+        panels = -(-n // panel)
+        shares = [hi - lo for lo, hi in (parfor.piece_range(p, pieces, panels, 1)
+                                         for p in range(pieces))]  # fmt: skip
+        assert sum(shares) == panels and max(shares) - min(shares) <= 1
     finally:
         set_num_threads(before)

@@ -217,15 +217,13 @@ def _task(p, like, data):  # type: ignore[no-untyped-def]
     px, pw, po, m, k, n, panel = job[1], job[2], job[3], job[4], job[5], job[6], job[7]
     step, along_n, bias, act, res = job[8], job[9], job[10], job[11], job[12]
     panels = -(-n // panel)
+    first, last = parfor.piece_range(p, step, panels, 1)  # along n: ``step`` is the pieces
     if m == 1 and panel == sgemm.NR:
-        last = min(panels, (p + 1) * step)
-        _row(px, pw, k, panel, po, n, p * step, last, bias, act, res)
+        _row(px, pw, k, panel, po, n, first, last, bias, act, res)
     elif m < SMALL_ROWS:
-        last = min(panels, (p + 1) * step)
-        _rows(px, k, pw, k, panel, po, n, m, n, p * step, last, bias, act, res)
+        _rows(px, k, pw, k, panel, po, n, m, n, first, last, bias, act, res)
     elif along_n:
-        last = min(panels, (p + 1) * step)
-        _panels(px, k, pw, k, panel, po, n, m, n, p * step, last, bias, act, res)
+        _panels(px, k, pw, k, panel, po, n, m, n, first, last, bias, act, res)
     else:
         rows = min(step, m - p * step)
         at_x, at_o = px + 4 * p * step * k, po + 4 * p * step * n
@@ -244,8 +242,11 @@ _call = parfor.caller("packed_dense")  # unsplit: the code built once, as the ta
 @jit(**_OPTS)
 def _cut(m, k, n, panel):  # type: ignore[no-untyped-def]
     """(pieces, step, along_n): the pieces of a product worth the pool, along the panels
-    (``step`` panels a piece) or, when they are fewer than the pieces, C's rows (``step`` a
-    multiple of `sgemm.MR`)."""
+    (``step`` the pieces again: each an equal share of the panels, `parfor.piece_range`) or,
+    when they are fewer than the pieces, C's rows (``step`` a multiple of `sgemm.MR`). Along
+    the panels the pieces stay a multiple of the threads: pieces of ``ceil(panels / parts)``
+    panels each had cut 14 panels in 6 parts into 5 pieces of 3, 3, 3, 3 and 2, one thread's
+    share 9 panels against the other's 5."""
     panels = -(-n // panel)
     threads = workpool.threads()
     work, least = m * n * k, SPLIT_MIN_MNK  # the rule `blas` cuts its products by
@@ -253,10 +254,10 @@ def _cut(m, k, n, panel):  # type: ignore[no-untyped-def]
         work, least = n * k, SPLIT_MIN_ROWS_LOOP
     parts = split_parts(work, least)  # a multiple of the threads where there are as many
     if parts == 1:
-        return 1, panels, True
+        return 1, 1, True
     if panels >= parts or m < 2 * sgemm.MR * threads:
-        step = -(-panels // even(min(parts, panels), threads))
-        return -(-panels // step), step, True
+        pieces = even(min(parts, panels), threads)
+        return pieces, pieces, True
     band = -(-m // parts)
     step = -(-band // sgemm.MR) * sgemm.MR
     return -(-m // step), step, False
