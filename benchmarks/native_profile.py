@@ -14,7 +14,8 @@ base most of them agree on: a function linked into several objects resolves to o
 The model's own native module, built in memory, is not in the map (its samples are few: it
 only calls kernels).
 
-Per model (random weights, `common.light_model_files`): rvm's outputs checked against ONNX
+Per model (random weights, `common.light_model_files`; ``bert``: BERT-base at seq 128,
+`transformer_models.export_bert`): rvm's outputs checked against ONNX
 Runtime's first (`model_child.check_outputs`, bf16's `check_rounded`), then the call
 looped for ``--seconds`` while ``perf record -F 2000 -p <pid>`` samples the process. The table
 is each function's share of all samples (both threads), its share of each thread's, and the
@@ -151,6 +152,20 @@ def profile(vm, inputs: list[np.ndarray], seconds: float) -> tuple[dict, int]:  
     return samples, calls
 
 
+def _model(name: str, work: Path):  # type: ignore[no-untyped-def]
+    """(ONNX path, model, inputs) of a light CNN or of ``bert`` (BERT-base, seq 128,
+    `transformer_models.export_bert`)."""
+    if name != "bert":
+        path, _, model, inputs = light_model_files(name, work)
+        return path, model, inputs
+    import onnx
+    from transformer_models import export_bert
+
+    path = export_bert(work)
+    ids = np.random.default_rng(0).integers(0, 30000, (1, 128))
+    return path, onnx.load(str(path)), [ids, np.ones_like(ids), np.zeros_like(ids)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="squeezenet", help="comma-separated model names")
@@ -165,7 +180,7 @@ def main() -> None:
     results: dict = {"machine": machine(), "precision": args.precision, "models": {}}
     tmp = Path(tempfile.mkdtemp())
     for name in args.only.split(","):
-        path, _, model, inputs = light_model_files(name, tmp)
+        path, model, inputs = _model(name, tmp)
         ex = rvm.compile(rvm.from_onnx(str(path)), precision=args.precision)
         vm = rvm.VirtualMachine(ex, exec_mode="native")
         got, want = as_outputs(vm.invoke("main", *inputs)), run_ort(model, inputs)
