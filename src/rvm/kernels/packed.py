@@ -217,18 +217,19 @@ def _task(p, like, data):  # type: ignore[no-untyped-def]
     px, pw, po, m, k, n, panel = job[1], job[2], job[3], job[4], job[5], job[6], job[7]
     step, along_n, bias, act, res = job[8], job[9], job[10], job[11], job[12]
     panels = -(-n // panel)
-    first, last = parfor.piece_range(p, step, panels, 1)  # along n: ``step`` is the pieces
-    if m == 1 and panel == sgemm.NR:
-        _row(px, pw, k, panel, po, n, first, last, bias, act, res)
-    elif m < SMALL_ROWS:
-        _rows(px, k, pw, k, panel, po, n, m, n, first, last, bias, act, res)
-    elif along_n:
-        _panels(px, k, pw, k, panel, po, n, m, n, first, last, bias, act, res)
-    else:
+    if not along_n:
         rows = min(step, m - p * step)
         at_x, at_o = px + 4 * p * step * k, po + 4 * p * step * n
         at_r = res + 4 * p * step * n if res != 0 else 0
         _panels(at_x, k, pw, k, panel, at_o, n, rows, n, 0, panels, bias, act, at_r)
+        return
+    first, last = parfor.piece_range(p, step, panels, 1)  # along n ``step`` is the pieces
+    if m == 1 and panel == sgemm.NR:
+        _row(px, pw, k, panel, po, n, first, last, bias, act, res)
+    elif m < SMALL_ROWS:
+        _rows(px, k, pw, k, panel, po, n, m, n, first, last, bias, act, res)
+    else:
+        _panels(px, k, pw, k, panel, po, n, m, n, first, last, bias, act, res)
 
 
 parfor.export_task("packed_dense", _task)
