@@ -80,24 +80,15 @@ def tile(typingctx, c, ldc, rows, cols, bias, act, res):  # type: ignore[no-unty
     return sig, codegen
 
 
-def _tile_codegen(builder, args) -> None:  # type: ignore[no-untyped-def]
-    """`tile`'s loops: each row's whole vectors loaded and stored plainly, its last under a
-    lane mask; one loop per activation, chosen by a switch. The bias and R are read where
-    they are given, else C's own vector again (read, not added): no lane mask for them
-    either. On AVX2, where a lane mask is a vector register and a masked store
-    (``vmaskmovps``) costs several plain ones, every vector under a mask had taken BERT's
-    feed-forward GEMM (128 x 768 by 768 x 3072, one Zen 3 core) from 6.8 ms without an
-    epilogue to 7.3 with its bias and 8.1 with bias and residual; plain, 7.0 and 7.5 (the
-    same bits), and BERT-base in float32 0.96-0.98 of its time (two threads)."""
-    c, ldc, rows, cols, bias, act, res = args
-    v = VectorMath(builder, LANES)
+def _row_vectors(builder, v, c, ldc, rows, cols, each_row) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
+    """The vectors of ``rows`` rows of ``cols`` floats of C (at the int64 ``c``, rows ``ldc``
+    floats apart): ``each_row(row)`` (the row's index) gives the row's ``step(at, j, load,
+    store)``, called on each vector (at ``at``, ``j`` bytes into the row), whole vectors
+    loaded and stored plainly, the row's last one under a lane mask where ``cols`` is not
+    whole vectors (``load(at)``, ``store(value, at)`` of that kind)."""
     full = builder.sdiv(cols, I64(LANES))
     tail = builder.sub(cols, builder.mul(full, I64(LANES)))
     tail_mask = v.first(tail)
-    with_bias = builder.icmp_signed("!=", bias, I64(0))
-    with_res = builder.icmp_signed("!=", res, I64(0))
-    # R's address less C's: R's value at a C address is read that far on (0: C's own)
-    shift = builder.select(with_res, builder.sub(res, c), I64(0))
 
     def plain_load(at: ir.Value) -> ir.Value:
         return builder.load(v.pointer(at, v.f32), align=4)
@@ -105,69 +96,76 @@ def _tile_codegen(builder, args) -> None:  # type: ignore[no-untyped-def]
     def plain_store(value: ir.Value, at: ir.Value) -> None:
         builder.store(value, v.pointer(at, v.f32), align=4)
 
-    def step(at: ir.Value, j: ir.Value, kind: int, load, store) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
-        value = load(at)
-        more = load(builder.select(with_bias, builder.add(bias, j), at))
-        value = builder.select(with_bias, builder.fadd(value, more), value)
-        value = v.activation(value, kind)
-        more = load(builder.add(at, shift))
-        value = builder.select(with_res, builder.fadd(value, more), value)
-        store(value, at)
+    with cgutils.for_range(builder, rows) as row:
+        at_row = builder.add(c, builder.mul(builder.mul(row.index, ldc), I64(4)))
+        step = each_row(row.index)
+        with cgutils.for_range(builder, full) as each:
+            j = builder.mul(each.index, I64(4 * LANES))
+            step(builder.add(at_row, j), j, plain_load, plain_store)
+        with builder.if_then(builder.icmp_signed(">", tail, I64(0))):
+            j = builder.mul(full, I64(4 * LANES))
+            step(builder.add(at_row, j), j,
+                 lambda at: v.load(at, v.f32, tail_mask),
+                 lambda value, at: v.store(value, at, tail_mask))  # fmt: skip
+
+
+def _tile_codegen(builder, args) -> None:  # type: ignore[no-untyped-def]
+    """`tile`'s loops (`_row_vectors`); one loop per activation, chosen by a switch. The bias
+    and R are read where they are given, else C's own vector again (read, not added): no
+    lane mask for them either. On AVX2, where a lane mask is a vector register and a masked
+    store (``vmaskmovps``) costs several plain ones, every vector under a mask had taken
+    BERT's feed-forward GEMM (128 x 768 by 768 x 3072, one Zen 3 core) from 6.8 ms without an
+    epilogue to 7.3 with its bias and 8.1 with bias and residual; plain, 7.0 and 7.5 (the
+    same bits), and BERT-base in float32 0.96-0.98 of its time (two threads)."""
+    c, ldc, rows, cols, bias, act, res = args
+    v = VectorMath(builder, LANES)
+    with_bias = builder.icmp_signed("!=", bias, I64(0))
+    with_res = builder.icmp_signed("!=", res, I64(0))
+    # R's address less C's: R's value at a C address is read that far on (0: C's own)
+    shift = builder.select(with_res, builder.sub(res, c), I64(0))
 
     def loop(kind: int) -> None:
-        with cgutils.for_range(builder, rows) as row:
-            at_row = builder.add(c, builder.mul(builder.mul(row.index, ldc), I64(4)))
-            with cgutils.for_range(builder, full) as step_:
-                j = builder.mul(step_.index, I64(4 * LANES))
-                step(builder.add(at_row, j), j, kind, plain_load, plain_store)
-            with builder.if_then(builder.icmp_signed(">", tail, I64(0))):
-                j = builder.mul(full, I64(4 * LANES))
-                step(builder.add(at_row, j), j, kind,
-                     lambda at: v.load(at, v.f32, tail_mask),
-                     lambda value, at: v.store(value, at, tail_mask))  # fmt: skip
+        def step(at, j, load, store) -> None:  # type: ignore[no-untyped-def]
+            value = load(at)
+            more = load(builder.select(with_bias, builder.add(bias, j), at))
+            value = builder.select(with_bias, builder.fadd(value, more), value)
+            value = v.activation(value, kind)
+            more = load(builder.add(at, shift))
+            value = builder.select(with_res, builder.fadd(value, more), value)
+            store(value, at)
+
+        _row_vectors(builder, v, c, ldc, rows, cols, lambda row: step)
 
     _by_activation(builder, act, loop)
 
 
 def _rows_codegen(builder, args) -> None:  # type: ignore[no-untyped-def]
-    """`tile_rows`' loops: a row's bias in every lane, its full vectors loaded and stored
-    plainly, the last under a lane mask; one loop per activation, chosen by a switch."""
+    """`tile_rows`' loops (`_row_vectors`): a row's bias in every lane, R read where given,
+    else C's own vector again (read, not added); one loop per activation, chosen by a
+    switch."""
     c, ldc, rows, cols, bias, act, res = args
     v = VectorMath(builder, LANES)
-    full = builder.sdiv(cols, I64(LANES))
-    tail = builder.sub(cols, builder.mul(full, I64(LANES)))
-    with_bias = builder.icmp_signed("!=", bias, I64(0))
-    bias_on = v.broadcast(with_bias, v.masks)
-    tail_mask = v.first(tail)
-    # R's address less C's: R's value at a C address is read that far on (0: none)
+    bias_on = v.broadcast(builder.icmp_signed("!=", bias, I64(0)), v.masks)
+    # R's address less C's: R's value at a C address is read that far on (0: C's own)
     with_res = builder.icmp_signed("!=", res, I64(0))
     shift = builder.select(with_res, builder.sub(res, c), I64(0))
 
-    res_on = v.broadcast(with_res, v.masks)
-
-    def step(value: ir.Value, row_bias: ir.Value, kind: int, at: ir.Value, mask: ir.Value):  # type: ignore[no-untyped-def]  # noqa: E501
-        value = builder.fadd(value, row_bias)
-        more = v.load(builder.add(at, shift), v.f32, builder.and_(mask, res_on))
-        value = builder.select(with_res, builder.fadd(value, more), value)
-        return v.activation(value, kind)
-
-    whole = v.first(I64(LANES))
-
     def loop(kind: int) -> None:
-        with cgutils.for_range(builder, rows) as row:
-            at_row = builder.add(c, builder.mul(builder.mul(row.index, ldc), I64(4)))
+        def each_row(row):  # type: ignore[no-untyped-def]
             # the row's bias in lane 0, read only where given (0 otherwise), then in all
             mask = builder.and_(v.first(I64(1)), bias_on)
-            one = v.load(builder.add(bias, builder.mul(row.index, I64(4))), v.f32, mask)
+            one = v.load(builder.add(bias, builder.mul(row, I64(4))), v.f32, mask)
             row_bias = builder.shuffle_vector(one, one, ir.Constant(v.i32, [0] * LANES))
-            with cgutils.for_range(builder, full) as j:
-                at = builder.add(at_row, builder.mul(j.index, I64(4 * LANES)))
-                ptr = v.pointer(at, v.f32)
-                value = builder.load(ptr, align=4)
-                builder.store(step(value, row_bias, kind, at, whole), ptr, align=4)
-            at = builder.add(at_row, builder.mul(full, I64(4 * LANES)))
-            value = v.load(at, v.f32, tail_mask)
-            v.store(step(value, row_bias, kind, at, tail_mask), at, tail_mask)
+
+            def step(at, j, load, store) -> None:  # type: ignore[no-untyped-def]
+                value = builder.fadd(load(at), row_bias)
+                more = load(builder.add(at, shift))
+                value = builder.select(with_res, builder.fadd(value, more), value)
+                store(v.activation(value, kind), at)
+
+            return step
+
+        _row_vectors(builder, v, c, ldc, rows, cols, each_row)
 
     _by_activation(builder, act, loop)
 

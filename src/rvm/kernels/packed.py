@@ -206,8 +206,9 @@ def _row(a, bp, k, panel, c, n, first, last, bias, act, res):  # type: ignore[no
 
 
 # A packed-product job (int64): its length; x's, w's and out's addresses; m, k, n, the panel
-# width; the pieces' panels (along n) or rows (along m), and whether along n; the bias's
-# address (0: none), the activation's index and the residual's address (0: none).
+# width; the pieces (along n: equal shares of the panels) or their rows (along m), and whether
+# along n; the bias's address (0: none), the activation's index and the residual's address
+# (0: none).
 _JOB = 13
 
 

@@ -16,19 +16,11 @@ from typing import Any
 from llvmlite import ir
 from numba.core import cgutils
 
-from rvm.kernels.cpu import cpu
+from rvm.kernels.gemmshape import PLAIN_STORES
 
 __all__ = ["VectorIR", "first_lanes"]
 
 I1, I32, I64, F32 = ir.IntType(1), ir.IntType(32), ir.IntType(64), ir.FloatType()
-WHOLE_PLAIN = not cpu().mask_registers
-"""Whether `VectorIR.store` stores a vector whose mask holds every lane plainly. Where masks
-are vector registers (AVX2), a masked store (``vmaskmovps``) costs several plain ones, and
-LLVM keeps it masked when the mask is not a constant; AVX-512's masks are registers of their
-own, and its masked stores cost what plain ones do. On a Zen 3 (two threads, float32, native
-mode, both ways in turns in one process, the same bits): vgg19 0.942-0.954 of its time,
-inception_v2 0.958, inception_v1 0.966, resnet50 0.986-0.999 (Winograd's transforms,
-`rvm.kernels.winotiles`, store their tiles under masks)."""
 
 
 def first_lanes(builder: ir.IRBuilder, n: ir.Value, lanes: int) -> ir.Value:
@@ -129,12 +121,17 @@ class VectorIR:
 
     def store(self, value: ir.Value, address: ir.Value, mask: ir.Value) -> None:
         """``value``'s lanes on ``mask`` to the int64 ``address``; a mask of every lane a
-        plain store where masked ones cost more (`WHOLE_PLAIN`)."""
+        plain store where masks are vector registers (`gemmshape.PLAIN_STORES`: AVX2's
+        masked store costs several plain ones, and LLVM keeps a store masked whenever its
+        mask is not a constant). On a Zen 3 (two threads, float32, native mode, both ways in
+        turns in one process, the same bits): vgg19 0.942-0.954 of its time, inception_v2
+        0.958, inception_v1 0.966, resnet50 0.986-0.999 (Winograd's transforms,
+        `rvm.kernels.winotiles`, store their tiles under masks)."""
         b, vtype = self.builder, value.type
         name = f"llvm.masked.store.{self._suffix(vtype)}.p0"
         fn = self.declare(ir.VoidType(), [vtype, vtype.as_pointer(), I32, self.masks], name)
         at, align = self.pointer(address, vtype), _bytes(vtype)
-        if not WHOLE_PLAIN:
+        if not PLAIN_STORES:
             b.call(fn, [value, at, I32(align), mask])
             return
         every = ir.Constant(ir.IntType(self.lanes), -1)
