@@ -48,6 +48,20 @@ def test_the_cache_line_is_read_from_sysfs(tmp_path, monkeypatch) -> None:
     assert cpu.read_line(tmp_path / "none") == cpu.DEFAULT_LINE
 
 
+def test_the_l1d_span_is_its_sets_times_its_line(tmp_path, monkeypatch) -> None:
+    """The bytes after which L1d's sets repeat (`cpu.read_l1d_span`): its sets times its line
+    from sysfs (not L1i's, not L2's), else the page size."""
+    root = _cache_dir(
+        tmp_path, [(1, "Instruction", "32K"), (1, "Data", "48K"), (2, "Unified", "2M")]
+    )
+    for index, sets in zip(sorted(root.glob("index*")), (32, 64, 2048)):
+        (index / "number_of_sets").write_text(f"{sets}\n")
+        (index / "coherency_line_size").write_text("64\n")
+    assert cpu.read_l1d_span(root) == 64 * 64
+    monkeypatch.setattr(os, "sysconf", lambda name: 16384 if name == "SC_PAGE_SIZE" else 0)
+    assert cpu.read_l1d_span(tmp_path / "none") == 16384
+
+
 def test_caches_without_sysfs_or_sysconf_are_the_defaults(tmp_path, monkeypatch) -> None:
     def no_sysconf(name: str) -> int:
         raise ValueError(name)
@@ -64,6 +78,7 @@ def test_this_cpu_facts() -> None:
     assert facts.vector_bits == 32 * sgemm.LANES
     assert f"l2={facts.l2}" in cpu.tuning_key()
     assert facts.line == cpu.read_line() and f"line={facts.line}" in cpu.tuning_key()
+    assert facts.l1d_span == cpu.read_l1d_span() and f"span={facts.l1d_span}" in cpu.tuning_key()
 
 
 def _facts(l1d: int, l2: int, bits: int = 512) -> cpu.Cpu:

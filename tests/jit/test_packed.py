@@ -16,7 +16,7 @@ import rvm
 from rvm import op
 from rvm.errors import IRError
 from rvm.ir import Builder, Call, IRModule, Var, tensor
-from rvm.kernels import packed, parfor, sgemm
+from rvm.kernels import gemmcut, gemmshape, packed, parfor, sgemm
 from rvm.kernels.threads import get_num_threads, set_num_threads
 from rvm.transform.pack_weights import pack_weights
 
@@ -259,6 +259,37 @@ def test_numpy_kernels_keep_the_plain_products() -> None:
     assert all(c.ndim <= 2 for c in ex.constants)
     x = np.random.default_rng(4).standard_normal((2, 3, 70)).astype(np.float32)
     np.testing.assert_allclose(rvm.VirtualMachine(ex)["main"](x), _want(x), rtol=1e-4, atol=1e-4)
+
+
+def test_rows_that_crowd_l1d_are_copied_first() -> None:
+    """x's rows a multiple of `gemmshape.L1_SPAN` apart crowd L1d's sets (`gemmcut.crowded`):
+    `dense` copies them to rows that do not (`gemmcut.uncrowded`) before the pieces run, along
+    the panels and along C's rows, with the bits of the product on x where it lies."""
+    k = gemmshape.L1_SPAN // 4  # rows 4 KB apart
+    assert gemmcut.crowded(k, sgemm.MR) and gemmcut.crowded(3 * k, sgemm.MR)
+    assert not gemmcut.crowded(gemmcut.uncrowded(k, sgemm.MR), sgemm.MR)
+    assert not gemmcut.crowded(gemmcut.uncrowded(3 * k // 4, sgemm.MR), sgemm.MR)
+    rng = np.random.default_rng(7)
+    before = get_num_threads()
+    try:
+        for threads, m, n in ((1, 2 * sgemm.MR + 1, 3 * sgemm.NR + 5), (2, 67, 40 * sgemm.NR + 1),
+                              (2, 130, 3 * sgemm.NR + 7)):  # fmt: skip
+            set_num_threads(threads)
+            x = rng.standard_normal((m, k)).astype(F32)
+            b = rng.standard_normal((k, n)).astype(F32)
+            c = rng.standard_normal(n).astype(F32)
+            r = rng.standard_normal((m, n)).astype(F32)
+            w = packed.pack(b, False, packed.panel_width())
+            out, relu = np.full((m, n), np.nan, F32), packed.ACTIVATIONS.index("relu")
+            packed.dense(x, w, out, n, c, relu, r)
+            where = np.full((m, n), np.nan, F32)  # the same tiles on x's rows where they lie
+            packed._panels(x.ctypes.data, k, w.ctypes.data, k, w.shape[2], where.ctypes.data,
+                           n, m, n, 0, w.shape[0], c.ctypes.data, relu, r.ctypes.data)  # fmt: skip
+            np.testing.assert_array_equal(out, where)
+            want = np.maximum(x.astype(np.float64) @ b + c, 0) + r
+            np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.sqrt(k) * 4)
+    finally:
+        set_num_threads(before)
 
 
 @pytest.mark.parametrize("m", [1, 3, sgemm.MR + 3, 130])

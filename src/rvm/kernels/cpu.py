@@ -9,7 +9,8 @@ split) come from these facts, never from constants tuned on one machine:
 - the data caches of one core (L1d, L2) and the last level (L3, shared), in bytes, from Linux's
   ``/sys/devices/system/cpu/cpu0/cache``, else ``sysconf`` (glibc's ``_SC_LEVEL*``), else
   conservative defaults (`DEFAULT_CACHES`) on a system that tells neither; likewise the
-  cache line (`read_line`: what one prefetch brings), else `DEFAULT_LINE`.
+  cache line (`read_line`: what one prefetch brings), else `DEFAULT_LINE`, and the bytes after
+  which L1d's sets repeat (`read_l1d_span`), else the page size.
 
 `cpu()` reads them once per process. `tuning_key()` names the facts tuning depends on that the
 CPU name and features do not: rvm's caches of compiled code include it (`rvm.kernels.numba_cache`,
@@ -31,6 +32,7 @@ __all__ = [
     "amx_tiles",
     "cpu",
     "read_caches",
+    "read_l1d_span",
     "read_line",
     "target_features",
     "tuning_key",
@@ -58,6 +60,8 @@ class Cpu:
         l3: the last-level cache, bytes (shared by the cores).
         caches_from: where the cache sizes came from: ``sysfs``, ``sysconf`` or ``default``.
         line: bytes of an L1d cache line (`read_line`).
+        l1d_span: bytes after which L1d's sets repeat (`read_l1d_span`): addresses this
+            far apart share a set, so rows of a matrix this many bytes apart crowd its ways.
     """
 
     name: str
@@ -69,6 +73,7 @@ class Cpu:
     l3: int
     caches_from: str
     line: int = DEFAULT_LINE
+    l1d_span: int = 4096
 
     @property
     def lanes(self) -> int:
@@ -234,6 +239,28 @@ def read_line(root: Path = _SYSFS) -> int:
     return line if line > 0 else DEFAULT_LINE
 
 
+def read_l1d_span(root: Path = _SYSFS) -> int:
+    """Bytes after which L1d's sets repeat: its sets times its line, from ``root`` (the L1d's
+    ``number_of_sets`` and ``coherency_line_size``), else the page size (an L1d indexed within
+    the page offset, as x86-64's are: 32 KB of 8 ways and 48 KB of 12 are both 4 KB a way)."""
+    for index in sorted(root.glob("index*")):
+        try:
+            if int((index / "level").read_text()) != 1:
+                continue
+            if (index / "type").read_text().strip() not in ("Data", "Unified"):
+                continue
+            sets = int((index / "number_of_sets").read_text())
+            line = int((index / "coherency_line_size").read_text())
+        except (OSError, ValueError):
+            continue
+        if sets > 0 and line > 0:
+            return sets * line
+    try:
+        return max(1, os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return 4096
+
+
 def _vector_bits(features: frozenset[str]) -> int:
     if "avx512f" in features:
         return 512
@@ -257,6 +284,7 @@ def cpu() -> Cpu:
         l3=l3,
         caches_from=source,
         line=read_line(),
+        l1d_span=read_l1d_span(),
     )
 
 
@@ -268,7 +296,7 @@ def tuning_key() -> str:
     compiling for another CPU (a test of the AVX2 path) does not make the library's code
     stale for the host's."""
     c = cpu()
-    return f"l1d={c.l1d} l2={c.l2} l3={c.l3} line={c.line} amx={int(amx_tiles())}"
+    return f"l1d={c.l1d} l2={c.l2} l3={c.l3} line={c.line} span={c.l1d_span} amx={int(amx_tiles())}"
 
 
 DEFAULT_OPT = 3

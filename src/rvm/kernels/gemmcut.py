@@ -1,14 +1,16 @@
 """How rvm's packed GEMM (`rvm.kernels.sgemm`) blocks a product's columns and weighs its
 cuts across threads: how many of C's columns a block of B's rows takes (`column_step`, from
-the cache sizes `gemmshape` reads) and the floats a cut moves (`moved`, which
-`rvm.kernels.blas.packed_cut` minimizes). Sizes only: no memory is touched here."""
+the cache sizes `gemmshape` reads), the floats a cut moves (`moved`, which
+`rvm.kernels.blas.packed_cut` minimizes), and whether a band's rows of A crowd L1d's sets
+(`crowded`, and the stride that does not: `uncrowded`). Sizes only: no memory is touched
+here."""
 
 from __future__ import annotations
 
-from rvm.kernels.gemmshape import BLOCK_BYTES, COLUMN_BYTES, KC, NR
+from rvm.kernels.gemmshape import BLOCK_BYTES, COLUMN_BYTES, KC, L1_SPAN, L1_WAYS, LINE, NR
 from rvm.kernels.jitting import jit
 
-__all__ = ["column_step", "moved", "one_block"]
+__all__ = ["column_step", "crowded", "moved", "one_block", "uncrowded"]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
@@ -47,3 +49,37 @@ def moved(m, n, k, m_parts, n_parts):  # type: ignore[no-untyped-def]
     one that moves the least (`rvm.kernels.blas.packed_cut`)."""
     cols = -(-n // n_parts)  # a piece's columns, at most
     return 2 * m_parts * k * n + n_parts * -(-cols // column_step(k, cols)) * m * k
+
+
+@jit(**_OPTS)
+def crowded(lda, rows):  # type: ignore[no-untyped-def]
+    """Whether a band of ``rows`` rows of A ``lda`` floats apart crowds L1d's sets: more than
+    half of L1d's ways (`gemmshape.L1_WAYS`) would hold lines of the band's rows at once. The
+    micro-kernel reads the rows side by side, each row's line at the same offset from its
+    start, so rows a multiple of `gemmshape.L1_SPAN` (4 KB) apart read lines of the same set,
+    which the hardware prefetches into the same sets too, beside B's panels streaming past.
+    BERT's feed-forward output (A 128 x 3072, its 6 rows a band 12 KB apart) took 1.11-1.27
+    times as long in the packed product on a Zen 3 core (8 ways) as with its rows 16, 64 or
+    256 floats further apart (1 to 16 lines: 2 rows at most a set), 1.03 at 512 (3 a set),
+    and as long at 1024 and 2048 (all 6 in one set again)."""
+    lines = L1_SPAN // (4 * LINE)
+    most = 0
+    for r in range(rows):
+        at, count = r * lda // LINE % lines, 0
+        for q in range(rows):
+            if q * lda // LINE % lines == at:
+                count += 1
+        most = max(most, count)
+    return most > L1_WAYS // 2
+
+
+@jit(**_OPTS)
+def uncrowded(depth, rows):  # type: ignore[no-untyped-def]
+    """The least row stride, in whole lines of at least ``depth`` floats, at which a band of
+    ``rows`` rows does not crowd L1d's sets (`crowded`)."""
+    stride = -(-depth // LINE) * LINE
+    for _ in range(L1_SPAN // (4 * LINE)):
+        if not crowded(stride, rows):
+            return stride
+        stride += LINE
+    return stride

@@ -19,6 +19,8 @@ __all__ = [
     "HALF",
     "IN_PLACE_ROWS",
     "KC",
+    "L1_SPAN",
+    "L1_WAYS",
     "LANES",
     "LINE",
     "MR",
@@ -162,6 +164,8 @@ NO_EPILOGUE = (0, 0, 0, 0)
 """`sgemm.sgemm_segments`' ``epilogue`` when there is none: (bias, bias step, act, residual)."""
 
 LINE = max(1, cpu().line // 4)  # floats of a cache line: what one prefetch brings
+L1_SPAN = max(4 * LINE, cpu().l1d_span)  # bytes after which L1d's sets repeat
+L1_WAYS = max(1, cpu().l1d // L1_SPAN)  # lines a set of L1d holds
 AHEAD = 2
 """How many tiles ahead along C a tile of `MR` rows prefetches B's rows (plain rows, not a
 convolution's taps through a table), each step its own row, into L2. A wide B that comes from
