@@ -348,8 +348,9 @@ def dense(x, w, out, n, bias, act, residual=None):  # type: ignore[no-untyped-de
     job[4], job[5], job[6], job[7], job[8], job[9] = m, k, n, panel, step, along_n
     job[10], job[11], job[12], job[13] = _bias_at(bias), act, res, k
     # x's rows copied where they do not crowd L1d's sets: BERT-base's feed-forward output
-    # (128 x 3072 by 3072 x 768) took 0.90 of its time on one Zen 3 core, 0.94 on two (one
-    # copy before the pieces: a copy a piece took 0.98 of BERT's time, one 0.93-0.94).
+    # (128 x 3072 by 3072 x 768) took 0.88 of its time on one Zen 3 core, 0.90 on two, and
+    # BERT-base 0.93-0.94 (a copy in each piece instead: 0.98; the pieces copying a share
+    # each, the others waiting: 0.98-1.0 of the product's time, not kept).
     crowd = m >= SMALL_ROWS and crowded(k, sgemm.MR)
     stride = uncrowded(k, sgemm.MR) if crowd else 0
     copy = kept(m * stride, np.float32)
