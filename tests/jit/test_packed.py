@@ -56,6 +56,24 @@ def test_tile_and_panel_edges(m: int, n: int, k: int) -> None:
     _check(m, k, n, packed.panel_width())
 
 
+@pytest.mark.parametrize("m", [sgemm.MR - 1, 3 * sgemm.MR + 5])
+def test_panels_and_general_tiles_give_the_same_bits(m: int) -> None:
+    """Panels of this CPU's tile width run the panels' micro-kernel (`micro_panel`), a panel of
+    another width the GEMM's general tiles (`sgemm.band_tiles`): the same sums in the same
+    order, bit for bit, with the epilogue, over two depth blocks."""
+    rng = np.random.default_rng(m)
+    k, n = packed.DEPTH + 5, 2 * sgemm.NR + 3
+    x = rng.standard_normal((m, k)).astype(F32)
+    b = rng.standard_normal((k, n)).astype(F32)
+    c = rng.standard_normal(n).astype(F32)
+    outs = []
+    for panel in (packed.panel_width(), 2 * sgemm.NR + 5):
+        out = np.full((m, n), np.nan, F32)
+        packed.dense(x, packed.pack(b, False, panel), out, n, c, packed.ACTIVATIONS.index("gelu"))
+        outs.append(out)
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
 @pytest.mark.parametrize("panel", [1, sgemm.LANES, 2 * sgemm.NR + 5])
 def test_panels_of_another_width(panel: int) -> None:
     """A weight packed for another CPU's tile (its panel width in its shape) multiplies
