@@ -46,8 +46,9 @@ from rvm.kernels.epilogue import tile as tile_epilogue
 from rvm.kernels.gemmcut import crowded, uncrowded
 from rvm.kernels.gemmshape import FMA, panel_width
 from rvm.kernels.jitting import alive, jit
-from rvm.kernels.microkernel import floats_at, micro_panel, micro_row
+from rvm.kernels.microkernel import micro_panel, micro_row
 from rvm.kernels.parfor import even
+from rvm.kernels.planes import copy as copy_floats
 from rvm.kernels.reference.packed import ACTIVATIONS, pack, packed_shape
 
 __all__ = ["ACTIVATIONS", "dense", "pack", "packed_shape", "panel_width"]
@@ -76,16 +77,6 @@ def _depth_step(k):  # type: ignore[no-untyped-def]
     most `DEPTH` as there can be, all about as deep."""
     blocks = -(-k // DEPTH)
     return -(-k // blocks)
-
-
-@jit(**_OPTS)
-def _copy_rows(a, lda, rows, depth, into, stride):  # type: ignore[no-untyped-def]
-    """``depth`` floats of each of ``rows`` rows ``lda`` floats apart at ``a`` to rows
-    ``stride`` floats apart at ``into`` (addresses)."""
-    for i in range(rows):
-        src, dst = floats_at(a + 4 * i * lda), floats_at(into + 4 * i * stride)
-        for j in range(depth):
-            dst[j] = src[j]
 
 
 @jit(**_OPTS)
@@ -258,7 +249,7 @@ def _task(p, like, data):  # type: ignore[no-untyped-def]
     if m == 1 and panel == sgemm.NR:
         _row(px, pw, k, panel, po, n, first, last, bias, act, res)
     elif m < SMALL_ROWS:
-        _rows(px, k, pw, k, panel, po, n, m, n, first, last, bias, act, res)
+        _rows(px, lda, pw, k, panel, po, n, m, n, first, last, bias, act, res)
     else:
         _panels(px, lda, pw, k, panel, po, n, m, n, first, last, bias, act, res)
 
@@ -366,18 +357,29 @@ def dense(x, w, out, n, bias, act, residual=None):  # type: ignore[no-untyped-de
     # x's rows copied where they do not crowd L1d's sets: BERT-base's feed-forward output
     # (128 x 3072 by 3072 x 768) took 0.88 of its time on one Zen 3 core, 0.90 on two, and
     # BERT-base 0.93-0.94 (a copy in each piece instead: 0.98; the pieces copying a share
-    # each, the others waiting: 0.98-1.0 of the product's time, not kept).
-    crowd = m >= SMALL_ROWS and crowded(k, sgemm.MR)
-    stride = uncrowded(k, sgemm.MR) if crowd else 0
+    # each, the others waiting: 0.98-1.0 of the product's time, not kept). No block is taken
+    # for a product whose rows do not crowd (a decode step's one row among them).
+    if m < SMALL_ROWS or not crowded(k, sgemm.MR):
+        _start(out, parts, job)
+        return
+    stride = uncrowded(k, sgemm.MR)
     copy = kept(m * stride, np.float32)
-    if crowd:
-        _copy_rows(job[1], k, m, k, copy.ctypes.data, stride)
-        job[1], job[13] = copy.ctypes.data, stride
+    rows = copy.reshape((m, stride))
+    for i in range(m):
+        copy_floats(rows[i], x[i], k)
+    job[1], job[13] = copy.ctypes.data, stride
+    _start(out, parts, job)
+    alive(copy)  # read only through its address in the job: not freed before
+
+
+@jit(**_OPTS, inline="always")
+def _start(out, parts, job):  # type: ignore[no-untyped-def]
+    """The product's ``parts`` pieces (`_task`): in the calling thread when one, else on the
+    pool."""
     if parts == 1:
         _call(out, 0, job)
     else:
         _run(out, parts, job)
-    alive(copy)  # read only through its address in the job: not freed before
 
 
 def _entry(x, w, out, bias, res, dims, params):  # type: ignore[no-untyped-def]
