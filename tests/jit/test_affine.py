@@ -171,3 +171,43 @@ def test_the_pass_in_a_warm_process() -> None:
     )
     exec(script, {})  # compiled here, cached for the warm process
     run_warm(script)
+
+
+def test_a_row_run_is_the_pass_arithmetic_at_every_length() -> None:
+    """`rvm.kernels.epipass.row_run`, the one loop of both passes: ``act(x * scale + shift +
+    res)`` on runs of 0 to 2 vectors and more, their whole vectors and their last elements
+    alike (7 x 7 and 14 x 14 maps' rows: 49 and 196), in place or not, a NaN kept by the
+    ReLU; with a scale of 1 (the epilogue pass's) exactly NumPy's float32 ``x + shift + res``,
+    else within a rounding of its float64 value (a fused multiply-add where the CPU has one)."""
+    import numba as nb
+
+    from rvm.kernels.epipass import row_run
+
+    @nb.njit
+    def run(x, out, n, scale, shift, res, act):  # type: ignore[no-untyped-def]
+        at_res = res.ctypes.data if res.size else 0
+        row_run(x.ctypes.data, out.ctypes.data, n, scale, shift, at_res, act)
+
+    zero = np.float32(0)
+    for n in (0, 1, 7, 8, 9, 16, 17, 49, 196):
+        x, res = rand((n,), seed=n), rand((n,), seed=n + 1)
+        if n:
+            x[n // 2] = np.nan
+        for scale, shift in ((np.float32(1), np.float32(0.25)), (np.float32(-1.5), np.float32(3))):
+            for r in (res, rand((0,))):
+                for act in (0, 1):
+                    got = np.full(n, 7.0, np.float32)
+                    run(x, got, n, scale, shift, r, act)
+                    if scale == 1:
+                        want = x + shift + (r if r.size else zero)
+                    else:
+                        exact = x.astype(np.float64) * scale + shift
+                        want = (exact + (r if r.size else 0)).astype(np.float32)
+                    want = np.where(want < 0, zero, want) if act else want
+                    if scale == 1:
+                        np.testing.assert_array_equal(got.view(np.int32), want.view(np.int32))
+                    else:
+                        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+                    inplace = x.copy()
+                    run(inplace, inplace, n, scale, shift, r, act)
+                    np.testing.assert_array_equal(inplace.view(np.int32), got.view(np.int32))

@@ -19,7 +19,7 @@ import numba as nb
 import numpy as np
 
 from rvm.kernels import entry, parfor
-from rvm.kernels.epipass import ACTIVATIONS, FAST  # the same activations, a kernel's flags
+from rvm.kernels.epipass import ACTIVATIONS, row_run  # the same activations and arithmetic
 from rvm.kernels.gemmshape import LANES
 from rvm.kernels.jitting import jit
 
@@ -44,23 +44,18 @@ def _task(piece, like, data):  # type: ignore[no-untyped-def]
     _sweep(x, out, coef, lo, hi, cols, channels, act)
 
 
-@jit(**_OPTS, fastmath=FAST)
+@jit(**_OPTS)
 def _sweep(x, out, coef, lo, hi, cols, channels, act):  # type: ignore[no-untyped-def]
-    """``out[lo:hi] = act(x * scale + shift)``, a row (``cols`` elements) at a time, each row's
-    channel's scale and shift ``coef[2 * channel]`` and ``coef[2 * channel + 1]``."""
+    """``out[lo:hi] = act(x * scale + shift)``, a row (``cols`` elements) at a time
+    (`epipass.row_run`), each row's channel's scale and shift ``coef[2 * channel]`` and
+    ``coef[2 * channel + 1]``."""
     row = lo // cols
     channel = row % channels
-    zero = out.dtype.type(0)
+    at_x, at_out = parfor.address(x), parfor.address(out)
     while lo < hi:
         end = min(hi, (row + 1) * cols)
         s, t = coef[2 * channel], coef[2 * channel + 1]
-        i, o = x[lo:end], out[lo:end]
-        if act == 1:
-            for j in range(o.size):
-                o[j] = np.maximum(i[j] * s + t, zero)
-        else:
-            for j in range(o.size):
-                o[j] = i[j] * s + t
+        row_run(at_x + 4 * lo, at_out + 4 * lo, end - lo, s, t, 0, act)
         row += 1
         channel += 1
         if channel == channels:

@@ -11,9 +11,9 @@ the calling thread alone: on resnet50 about 4.5 of 75 ms at one thread, the othe
 two. Here the output, viewed as rows (an image's output channel each), is cut into
 contiguous pieces of equal size (whole vectors between them; up to 4 a thread,
 `parfor.chunks`), each one linear sweep a row's run at a time, on the pool when the pass
-touches `MIN_WORK` elements or more, else in the calling thread. The sweep is the loop a
-kernel had (the same arithmetic in the same order, Numba's
-vectors, a kernel's fastmath flags), so the results are the same. One sweep of the whole output
+touches `MIN_WORK` elements or more, else in the calling thread. A row's run is one
+`row_run`, the arithmetic a kernel's own loop had (the same operations in the same order, so
+the same results), written once for this pass and `rvm.kernels.affine`'s. One sweep of the whole output
 after the convolution prefetches better than the same epilogue in the convolution's tiles or
 bands, whose short runs of the residual lost 0-26% at one thread (session 34's prototypes); the
 vector epilogue `rvm.kernels.epilogue.tile_rows`, called a row at a time, lost 10-190% on rows
@@ -28,17 +28,30 @@ from __future__ import annotations
 
 import numba as nb
 import numpy as np
+from llvmlite import ir
+from numba import types as nt
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from rvm.kernels import entry, parfor
+from rvm.kernels.cpu import cpu
 from rvm.kernels.gemmshape import LANES
 from rvm.kernels.jitting import jit
+from rvm.kernels.vectors import VectorIR
 
-__all__ = ["ACTIVATIONS", "entry_call", "epilogue_rows", "operands", "sweep_pieces", "sweep_range"]
+__all__ = [
+    "ACTIVATIONS",
+    "entry_call",
+    "epilogue_rows",
+    "operands",
+    "row_run",
+    "sweep_pieces",
+    "sweep_range",
+]
 
 ACTIVATIONS = ("none", "relu")  # the activations it applies, by index
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
-FAST = {"nsz", "arcp", "contract", "afn"}  # a jit kernel's elementwise flags (`rvm.jit.lower`)
 
 # A job (int64): its length, the output's address, its elements, a row's elements, channels,
 # the bias's address (0: none) and its step a row (1: a channel each; 0: one value for all),
@@ -73,30 +86,80 @@ def sweep_range(piece, pieces, total):  # type: ignore[no-untyped-def]
     return parfor.piece_range(piece, pieces, total, LANES)
 
 
-@jit(**_OPTS, fastmath=FAST)
+@intrinsic
+def row_run(typingctx, x, out, n, scale, shift, res, act):  # type: ignore[no-untyped-def]
+    """``out[j] = act(x[j] * scale + shift + res[j])`` for j < ``n``, float32 on int64
+    addresses (``out`` may be ``x``; ``res`` 0: none; ``act`` an index of `ACTIVATIONS`):
+    one run of a channel's elements, the pass's arithmetic (this module's and
+    `rvm.kernels.affine`'s), written once. ``x * scale + shift`` is one fused multiply-add
+    where the CPU has them (as a kernel's ``contract`` flag makes it; with a scale of 1,
+    exactly ``x + shift``); the ReLU keeps a NaN, as the tiles' epilogues do. Whole vectors,
+    then the last ``n % LANES`` elements one at a time: a masked vector a row (AVX2's masked
+    stores) made a 7 x 7 map's rows slower than Numba's own loop, whose per-row set-up in turn
+    took twice this run's time on rows of 32 to 64 elements (7.9-8.1 against 15-18 ns, one
+    Zen 3 core, the same bits)."""
+    sig = nt.void(nt.int64, nt.int64, nt.int64, nt.float32, nt.float32, nt.int64, nt.int64)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        x, out, n, scale, shift, res, act = args
+        b, i64, f32 = builder, ir.IntType(64), ir.FloatType()
+        v = VectorIR(builder, LANES)
+
+        def fma(vtype, name):  # type: ignore[no-untyped-def]
+            def call(a, s, t):  # type: ignore[no-untyped-def]
+                if cpu().fma:
+                    return b.call(v.declare(vtype, [vtype] * 3, name), [a, s, t])
+                return b.fadd(b.fmul(a, s), t)
+
+            return call
+
+        lanes = (v.f32, fma(v.f32, f"llvm.fma.v{LANES}f32"),
+                 v.broadcast(scale, v.f32), v.broadcast(shift, v.f32))  # fmt: skip
+        ones = (f32, fma(f32, "llvm.fma.f32"), scale, shift)
+
+        def element(j, width, with_res, relu):  # type: ignore[no-untyped-def]
+            vtype, mul_add, s, t = lanes if width > 1 else ones
+            at = b.mul(j, i64(4))
+            y = mul_add(b.load(b.inttoptr(b.add(x, at), vtype.as_pointer()), align=4), s, t)
+            if with_res:
+                y = b.fadd(y, b.load(b.inttoptr(b.add(res, at), vtype.as_pointer()), align=4))
+            if relu:
+                zero = ir.Constant(vtype, None)
+                y = b.select(b.fcmp_ordered("<", y, zero), zero, y)
+            b.store(y, b.inttoptr(b.add(out, at), vtype.as_pointer()), align=4)
+
+        def run(with_res, relu):  # type: ignore[no-untyped-def]
+            whole = b.sdiv(n, i64(LANES))
+            with cgutils.for_range(b, whole) as loop:
+                element(b.mul(loop.index, i64(LANES)), LANES, with_res, relu)
+            with cgutils.for_range_slice(b, b.mul(whole, i64(LANES)), n, i64(1)) as (j, _):
+                element(j, 1, with_res, relu)
+
+        relu = b.icmp_signed("==", act, i64(1))
+        with b.if_else(b.icmp_signed("!=", res, i64(0))) as (added, alone):
+            for branch, with_res in ((added, True), (alone, False)):
+                with branch, b.if_else(relu) as (on, off):
+                    with on:
+                        run(with_res, True)
+                    with off:
+                        run(with_res, False)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@jit(**_OPTS)
 def _sweep(out, bias, res, lo, hi, cols, channels, step, act):  # type: ignore[no-untyped-def]
-    """``out[lo:hi] = act(out + bias + res)``, a row (``cols`` elements) at a time."""
+    """``out[lo:hi] = act(out + bias + res)``, a row (``cols`` elements) at a time
+    (`row_run`)."""
     row = lo // cols
     channel = row % channels
-    zero = out.dtype.type(0)
+    at, added = parfor.address(out), parfor.address(res) if res.size else 0
     while lo < hi:
         end = min(hi, (row + 1) * cols)
-        b = bias[channel * step] if bias.size else zero
-        o = out[lo:end]
-        if res.size:
-            r = res[lo:end]
-            if act == 1:
-                for i in range(o.size):
-                    o[i] = np.maximum(o[i] + b + r[i], zero)
-            else:
-                for i in range(o.size):
-                    o[i] = o[i] + b + r[i]
-        elif act == 1:
-            for i in range(o.size):
-                o[i] = np.maximum(o[i] + b, zero)
-        else:
-            for i in range(o.size):
-                o[i] = o[i] + b
+        b = bias[channel * step] if bias.size else np.float32(0)
+        at_res = added + 4 * lo if added else 0
+        row_run(at + 4 * lo, at + 4 * lo, end - lo, np.float32(1), b, at_res, act)
         row += 1
         channel += 1
         if channel == channels:
