@@ -793,6 +793,23 @@ def test_split_plan_cuts_along_the_axis_that_evens_out_the_threads():
     assert qsplit.split_plan(512, 2048, 2 * nr, 1)[2] == 1  # one thread
 
 
+@pytest.mark.parametrize(
+    ("og", "depth", "cols"),
+    [(16, 64, 3025), (16, 128, 3025), (32, 256, 729), (48, 256, 169), (192, 48, 169),
+     (256, 64, 169), (1000, 512, 169), (256, 2304, 196), (1024, 256, 196), (2048, 512, 49)],
+)  # fmt: skip
+def test_split_plan_counts_a_last_partial_tile(og, depth, cols):
+    """Squeezenet's and resnet50's int8 products at two threads: the pieces taken in turn, the
+    first thread (which takes the most) does at most a tenth more than half of the product. A
+    last band of fewer than `MR` rows (16 rows: 6 + 6 + 4) or a last tile of a few columns, a
+    piece of its own, had left one thread 6 + 4 of 16 rows (0.625) and 80 + 9 of 169 columns."""
+    axis, step, pieces = qsplit.split_plan(og, depth, cols, 2)
+    size = og if axis else cols
+    assert pieces == -(-size // step) >= 2
+    first = sum(min(step, size - i * step) for i in range(0, pieces, 2))
+    assert first <= 1.1 * size / 2, (axis, step, pieces, first, size)
+
+
 @pytest.mark.parametrize(("x_dtype", "x_zero"), [("uint8", 0), ("int8", -128)])
 def test_zero_input_zero_point_products_equal_reference(x_dtype, x_zero):
     """An input zero point of 0 as the kernels see it (uint8 at 0; int8 at -128, its bytes
