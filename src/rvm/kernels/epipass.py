@@ -13,11 +13,12 @@ contiguous pieces of equal size (whole vectors between them; up to 4 a thread,
 `parfor.chunks`), each one linear sweep a row's run at a time, on the pool when the pass
 touches `MIN_WORK` elements or more, else in the calling thread. A row's run is one
 `row_run`, the arithmetic a kernel's own loop had (the same operations in the same order, so
-the same results), written once for this pass and `rvm.kernels.affine`'s. One sweep of the whole output
-after the convolution prefetches better than the same epilogue in the convolution's tiles or
-bands, whose short runs of the residual lost 0-26% at one thread (session 34's prototypes); the
-vector epilogue `rvm.kernels.epilogue.tile_rows`, called a row at a time, lost 10-190% on rows
-of 7 x 7 to 28 x 28 (its masked tail a row) against this loop. In registers in the GEMM's final
+the same results), written once for this pass and `rvm.kernels.affine`'s. One sweep of the
+whole output after the convolution prefetches better than the same epilogue in the
+convolution's tiles or bands, whose short runs of the residual lost 0-26% at one thread
+(session 34's prototypes); the vector epilogue `rvm.kernels.epilogue.tile_rows`, called a row
+at a time, lost 10-190% on rows of 7 x 7 to 28 x 28 (its masked tail a row) against Numba's
+loop, which `row_run` replaced. In registers in the GEMM's final
 store, before C is written (`rvm.kernels.sgemm.FUSED_EPILOGUE`, AVX2's packed tiles), the
 epilogue costs no second sweep: on a Zen 3 core resnet50's 1x1 layers on 56 x 56 and 28 x 28
 maps and its 7 x 7 stem took 3-8% less time than with this pass, those on 14 x 14 and 7 x 7 the
