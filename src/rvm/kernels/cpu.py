@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -186,19 +187,38 @@ def _size(text: str) -> int:
     return int(text.rstrip("KMGB") or 0) * scale
 
 
+def _data_caches(root: Path) -> Iterator[tuple[int, Path]]:
+    """(level, folder) of each data or unified cache of a ``cpuN/cache`` folder, in index
+    order (the instruction caches and unreadable entries left out)."""
+    for index in sorted(root.glob("index*")):
+        try:
+            level = int((index / "level").read_text())
+            kind = (index / "type").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        if kind in ("Data", "Unified"):
+            yield level, index
+
+
+def _number(index: Path, name: str) -> int:
+    """The count in a cache folder's file ``name``, 0 where it is missing or unreadable."""
+    try:
+        return int((index / name).read_text())
+    except (OSError, ValueError):
+        return 0
+
+
 def _sysfs_caches(root: Path) -> tuple[int, int, int] | None:
     """(L1d, L2, L3) bytes from a ``cpuN/cache`` folder, None without one; a level it lacks
     is 0."""
     sizes = {1: 0, 2: 0, 3: 0}
     found = False
-    for index in sorted(root.glob("index*")):
+    for level, index in _data_caches(root):
         try:
-            level = int((index / "level").read_text())
-            kind = (index / "type").read_text().strip()
             size = _size((index / "size").read_text())
         except (OSError, ValueError):
             continue
-        if kind in ("Data", "Unified") and level in sizes:
+        if level in sizes:
             sizes[level], found = max(sizes[level], size), True
     return (sizes[1], sizes[2], sizes[3]) if found else None
 
@@ -224,14 +244,10 @@ def read_caches(root: Path = _SYSFS) -> tuple[tuple[int, int, int], str]:
 def read_line(root: Path = _SYSFS) -> int:
     """Bytes of a data cache line: the L1d's ``coherency_line_size`` in ``root``, else
     ``sysconf``'s, else `DEFAULT_LINE`."""
-    for index in sorted(root.glob("index*")):
-        try:
-            if (index / "type").read_text().strip() in ("Data", "Unified"):
-                line = int((index / "coherency_line_size").read_text())
-                if line > 0:
-                    return line
-        except (OSError, ValueError):
-            continue
+    for _, index in _data_caches(root):
+        line = _number(index, "coherency_line_size")
+        if line > 0:
+            return line
     try:
         line = os.sysconf("SC_LEVEL1_DCACHE_LINESIZE")
     except (ValueError, OSError, AttributeError):
@@ -243,17 +259,9 @@ def read_l1d_span(root: Path = _SYSFS) -> int:
     """Bytes after which L1d's sets repeat: its sets times its line, from ``root`` (the L1d's
     ``number_of_sets`` and ``coherency_line_size``), else the page size (an L1d indexed within
     the page offset, as x86-64's are: 32 KB of 8 ways and 48 KB of 12 are both 4 KB a way)."""
-    for index in sorted(root.glob("index*")):
-        try:
-            if int((index / "level").read_text()) != 1:
-                continue
-            if (index / "type").read_text().strip() not in ("Data", "Unified"):
-                continue
-            sets = int((index / "number_of_sets").read_text())
-            line = int((index / "coherency_line_size").read_text())
-        except (OSError, ValueError):
-            continue
-        if sets > 0 and line > 0:
+    for level, index in _data_caches(root):
+        sets, line = _number(index, "number_of_sets"), _number(index, "coherency_line_size")
+        if level == 1 and sets > 0 and line > 0:
             return sets * line
     try:
         return max(1, os.sysconf("SC_PAGE_SIZE"))
