@@ -53,6 +53,8 @@ from rvm.jit.signature import (
     param_type,
     tensor_type,
 )
+from rvm.jit.split import IMPORTS as SPLIT_IMPORTS
+from rvm.jit.split import SplitForm, split_form, splits, static_work, symbol_for
 from rvm.jit.te import Body, Scalar, Tensor, Unsupported, shape_tuple
 from rvm.jit.views import array_view
 from rvm.kernels.entry import require_line
@@ -501,6 +503,8 @@ class _KernelLowering:
             params = [f"p{i}" for i in range(len(ins))]
         fast = FAST_REDUCE if self.uses_reduction else FAST_ELEMWISE
         ops_used = ", ".join(_ops(self.func))
+        split = self._split(in_types, out_types, params, fast) if not before else None
+        body = [f"    {line}" for line in split.body] if split else self.kb.root.render(1)
         lines = [
             f"# rvm jit kernel {self.name} ({ops_used})",
             "import math",
@@ -520,13 +524,30 @@ class _KernelLowering:
             "",
             "",
             *before,
+            *(split.before if split else ()),
             f"@nb.njit(SIGNATURE, {_flags(fast)})",
             f"def {self.entry}({', '.join(params)}):",
-            *self.kb.root.render(1),
+            *body,
         ]
-        if not self.kb.root.lines:
+        if not body:
             lines.append("    pass")
-        return "\n".join(lines) + "\n", self.entry, sig
+        source = "\n".join(lines) + "\n"
+        return (symbol_for(source) if split else source), self.entry, sig
+
+    def _split(self, in_types, out_types, params, fast) -> SplitForm | None:
+        """The kernel's split form (`rvm.jit.split`), when its loop is worth cutting; its
+        imports are then the kernel's too."""
+        kb = self.kb
+        if self.style != "dps" or any(isinstance(p.type, TupleType) for p in self.func.params):
+            return None
+        types = [*in_types, *out_types]
+        work = static_work([t.shape for t in types])
+        loop = splits(kb.root, bool(kb.entries), bool(kb.filled) or kb.allocates, work)
+        if loop is None:
+            return None
+        arrays = [(n, t.dtype, len(t.shape or ())) for n, t in zip(params, types)]
+        kb.imports.update(SPLIT_IMPORTS)
+        return split_form(kb.root, loop, arrays, _flags(fast))
 
 
 def _flags(fast: Sequence[str]) -> str:

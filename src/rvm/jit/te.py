@@ -53,15 +53,39 @@ def deps_of(*scalars: Scalar) -> frozenset[str]:
     return out
 
 
-class Body:
-    """One loop level: its statements, the variable it binds, its memo of computed loads."""
+@dataclass(frozen=True)
+class Loop:
+    """A loop closed into its parent body: its lines' span in the parent's (``at`` its
+    header's index, ``end`` past its last line), the variable it binds, its start and extent
+    (source), and whether a loop runs inside it."""
 
-    def __init__(self, parent: Body | None, var: str | None, header: str = "") -> None:
+    at: int
+    end: int
+    var: str
+    start: str
+    extent: str
+    nested: bool
+
+
+class Body:
+    """One loop level: its statements, the variable it binds, its memo of computed loads, and
+    the loops closed into it (`Loop`, in order)."""
+
+    def __init__(
+        self,
+        parent: Body | None,
+        var: str | None,
+        header: str = "",
+        start: str = "0",
+        extent: str = "",
+    ) -> None:
         self.parent = parent
         self.var = var
         self.header = header
+        self.start, self.extent = start, extent
         self.lines: list[str] = []
         self.memo: dict[tuple, Scalar] = {}
+        self.loops: list[Loop] = []
 
     def chain(self) -> list[Body]:
         """This body and its ancestors, innermost first."""
@@ -198,14 +222,18 @@ class Emitter:
         var = self.fresh("i")
         self.loops += 1
         rng = extent if start == "0" else f"{start}, {extent}"
-        return Body(parent, var, f"for {var} in range({rng}):")
+        return Body(parent, var, f"for {var} in range({rng}):", start, extent)
 
     def close_loop(self, loop: Body) -> None:
-        assert loop.parent is not None
+        assert loop.parent is not None and loop.var is not None
         if not loop.lines:
             loop.lines.append("pass")
-        loop.parent.lines.append(loop.header)
-        loop.parent.lines.extend(loop.render(1))
+        parent = loop.parent
+        at = len(parent.lines)
+        parent.lines.append(loop.header)
+        parent.lines.extend(loop.render(1))
+        nested = bool(loop.loops)
+        parent.loops.append(Loop(at, len(parent.lines), loop.var, loop.start, loop.extent, nested))
 
     def loop_nest(
         self, parent: Body, dims: Sequence[str], emit: Callable[[Body, list[Scalar]], None]
