@@ -26,28 +26,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rvm.jit.te import Body, Loop
+from rvm.kernels import loopsplit
 from rvm.kernels.parfor import MIN_WORK
 
 __all__ = ["IMPORTS", "SYMBOL", "SplitForm", "splits", "split_form", "symbol_for"]
 
 SYMBOL = "rvm_piece_@"
 """The slot's symbol in a kernel's source until `symbol_for` names it by the source's hash."""
-IMPORTS = tuple(
-    ("rvm.kernels.loopsplit", name, f"ls_{name}")
-    for name in (
-        "PIECE",
-        "address",
-        "address_in",
-        "at_least_zero",
-        "chunks",
-        "job",
-        "piece_range",
-        "pointer",
-        "run",
-        "slot",
-        "stack_job",
-    )
-)
+IMPORTS = tuple((loopsplit.__name__, name, f"ls_{name}") for name in loopsplit.__all__)
 """What a kernel with the form imports (module, name, alias): `rvm.kernels.loopsplit`'s."""
 SPLIT_ALIGN = 16
 """A flat loop's pieces start on a multiple of this many elements (a cache line of float32,

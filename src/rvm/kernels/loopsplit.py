@@ -29,7 +29,7 @@ from llvmlite import ir
 from numba import types as nt
 from numba.extending import intrinsic
 
-from rvm.kernels.parfor import address, chunks, job, piece_range, stack_job
+from rvm.kernels.parfor import address, chunks, job, piece_range, registered_int, stack_job
 from rvm.kernels.workpool import run
 
 __all__ = [
@@ -73,12 +73,7 @@ def address_in(symbol: str):  # type: ignore[no-untyped-def]
     @intrinsic
     def read(typingctx):  # type: ignore[no-untyped-def]
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            i64 = ir.IntType(64)
-            value = builder.module.globals.get(symbol)
-            if value is None:
-                value = ir.GlobalVariable(builder.module, i64, symbol)
-                value.linkage = "external"
-            return builder.load(value)
+            return builder.load(registered_int(builder, symbol))
 
         return nt.int64(), codegen
 

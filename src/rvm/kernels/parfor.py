@@ -28,6 +28,8 @@ runs in the calling thread).
   pieces a job is cut into (`PIECES_PER_THREAD` a thread), `even(parts, threads)` a count of
   equal pieces that keeps the threads even;
 - `address(array)` / `array_at(address, shape, like)` carry arrays through a job;
+  `registered_int(builder, symbol)` declares an int64 registered with llvmlite (a slot, a
+  flag) in compiled code;
 - `piece_range(piece, pieces, total, align)`: a piece of a flat run cut in equal runs;
   `guided_range(piece, pieces, threads, total, align)` in runs that shrink toward the end of
   the claim order (the threads finish together); `affine_unit(counters, units, threads)`
@@ -218,18 +220,24 @@ def job(data):  # type: ignore[no-untyped-def]
     return nb.carray(data, data[0])
 
 
+def registered_int(builder: ir.IRBuilder, symbol: str) -> ir.GlobalVariable:
+    """The int64 registered with llvmlite as ``symbol``, declared in ``builder``'s module (an
+    external global, resolved when the code is linked: cached code too)."""
+    value = builder.module.globals.get(symbol)
+    if value is None:
+        value = ir.GlobalVariable(builder.module, ir.IntType(64), symbol)
+        value.linkage = "external"
+    return value
+
+
 def _global_flag(symbol: str):  # type: ignore[no-untyped-def]
     """The intrinsic reading the int64 registered as ``symbol`` as a boolean."""
 
     @intrinsic
     def flag(typingctx):  # type: ignore[no-untyped-def]
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            i64 = ir.IntType(64)
-            value = builder.module.globals.get(symbol)
-            if value is None:
-                value = ir.GlobalVariable(builder.module, i64, symbol)
-                value.linkage = "external"
-            return builder.icmp_signed("!=", builder.load(value), i64(0))
+            value = builder.load(registered_int(builder, symbol))
+            return builder.icmp_signed("!=", value, ir.IntType(64)(0))
 
         return nt.boolean(), codegen
 
@@ -473,10 +481,7 @@ def stack_job(size: int):  # type: ignore[no-untyped-def]
 def _task_address(builder: ir.IRBuilder, symbol: str) -> ir.Value:
     """The task's address from its slot ``symbol``, resolved (`_resolve`) when still 0."""
     i64 = ir.IntType(64)
-    slot = builder.module.globals.get(symbol)
-    if slot is None:
-        slot = ir.GlobalVariable(builder.module, i64, symbol)
-        slot.linkage = "external"
+    slot = registered_int(builder, symbol)
     known = builder.load(slot)
     with builder.if_else(builder.icmp_signed("!=", known, i64(0)), likely=True) as (then, other):
         with then:
