@@ -15,6 +15,7 @@ import pytest
 import rvm
 from rvm import script
 from rvm.kernels import parfor, workpool
+from rvm.testing.threads import run_in_threads
 
 TEXT = """
 @module
@@ -125,6 +126,20 @@ def _numpy_serial(vm: rvm.VirtualMachine, x: np.ndarray) -> np.ndarray:
         return vm["gelu"](x)
     finally:
         parfor.enable(True)
+
+
+def test_vms_in_several_threads_each_get_their_own_results(executable) -> None:
+    # one VM a thread, all at once: a job finding the pool busy runs its pieces in its caller
+    rng = np.random.default_rng(11)
+    xs = [rng.standard_normal((1 << 18) + 16 * i).astype("float32") for i in range(4)]
+    want = [_numpy_serial(rvm.VirtualMachine(executable), x) for x in xs]
+
+    def work(i: int) -> None:
+        vm = rvm.VirtualMachine(executable, exec_mode="native")
+        for _ in range(20):
+            assert np.array_equal(vm["gelu"](xs[i]), want[i])
+
+    run_in_threads(work, len(xs))
 
 
 def test_a_bad_operand_is_refused_before_any_piece_runs(executable) -> None:
