@@ -29,9 +29,16 @@ def _helper_cpus() -> list[set[int]]:
 
 
 @pytest.fixture
-def restore():
+def restore(monkeypatch):
+    """Pinning on whatever the environment says (``RVM_PIN_HELPERS``), the pool restarted
+    from one thread (a count already set keeps its helpers); after, the environment's and the
+    count as they were, the helpers restarted under them."""
+    monkeypatch.setenv(workpool.PIN_ENV_VAR, "1")
     before = rvm.get_num_threads()
+    rvm.set_num_threads(1)
     yield
+    monkeypatch.undo()  # the environment's own setting again, for the helpers started next
+    rvm.set_num_threads(1)
     rvm.set_num_threads(before)
 
 
