@@ -42,8 +42,6 @@ class KernelBuilder(Emitter):
         # Library entry points (name, dtype) the kernel calls: its module requires them at
         # import, before its function is compiled or loaded (`rvm.kernels.entry`).
         self.entries: set[tuple[str, str]] = set()
-        # Whether the kernel allocates an array of its own (a buffer, a materialized value).
-        self.allocates = False
 
     def call_entry(
         self,
@@ -216,7 +214,6 @@ class KernelBuilder(Emitter):
         if x.array is not None and x.dtype == dtype and x.loader is None:
             return x.array
         name = self.fresh("m")
-        self.allocates = True
         self.root.lines.append(f"{name} = np.empty({shape_tuple(x.dims)}, dtype=np.{dtype})")
         self.write(x, name, dtype)
         return name
@@ -245,7 +242,6 @@ class KernelBuilder(Emitter):
         if alias is not None:
             return alias
         name = self.fresh("buf")
-        self.allocates = True
         self.root.lines.append(f"{name} = np.empty({shape_tuple(dims)}, dtype=np.{dtype})")
         return name
 

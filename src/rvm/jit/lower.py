@@ -542,7 +542,7 @@ class _KernelLowering:
             return None
         types = [*in_types, *out_types]
         work = static_work([t.shape for t in types])
-        loop = splits(kb.root, bool(kb.entries), bool(kb.filled) or kb.allocates, work)
+        loop = splits(kb.root, bool(kb.entries), bool(kb.filled), work)
         if loop is None:
             return None
         arrays = [(n, t.dtype, len(t.shape or ())) for n, t in zip(params, types)]

@@ -51,7 +51,8 @@ class SplitForm:
 
 def splits(root: Body, entries: bool, staged: bool, static_work: int | None) -> Loop | None:
     """The root's loop to cut, when the kernel's whole work is that one loop at the end of its
-    body: no library call (``entries``), no stage or buffer filled before it (``staged``),
+    body: no library call (``entries``), no stage or buffer filled before it (``staged``; a
+    buffer is always a stage's, and a value materialized outside one is a loop of its own),
     and its arrays touching `MIN_WORK` elements or more (``static_work``, None when a size is
     symbolic); else None."""
     if entries or staged or len(root.loops) != 1:

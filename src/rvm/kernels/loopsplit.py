@@ -21,15 +21,19 @@ the piece of the process that runs it.
 
 from __future__ import annotations
 
-import ctypes
-import threading
-
-from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import types as nt
 from numba.extending import intrinsic
 
-from rvm.kernels.parfor import address, chunks, job, piece_range, registered_int, stack_job
+from rvm.kernels.parfor import (
+    address,
+    chunks,
+    job,
+    piece_range,
+    registered_int,
+    registered_slot,
+    stack_job,
+)
 from rvm.kernels.workpool import run
 
 __all__ = [
@@ -50,21 +54,9 @@ PIECE = nt.void(nt.int64, nt.voidptr, nt.CPointer(nt.int64))
 """A piece's C signature: the pool's (`rvm.kernels.workpool`): the piece, a null pointer, the
 job's int64 array."""
 
-_slots: dict[str, ctypes.c_int64] = {}  # symbol -> its slot, registered once, kept for good
-_lock = threading.Lock()
-
-
-def slot(symbol: str) -> ctypes.c_int64:
-    """The int64 registered with llvmlite as ``symbol`` (made and registered at the first call
-    for it; 0 until its kernel's module stores its piece's address in it)."""
-    if not symbol.isidentifier():
-        raise ValueError(f"slot: a symbol must be an identifier, got {symbol!r}")
-    with _lock:
-        value = _slots.get(symbol)
-        if value is None:
-            value = _slots[symbol] = ctypes.c_int64(0)
-            llvm.add_symbol(symbol, ctypes.addressof(value))
-        return value
+slot = registered_slot
+"""The int64 registered with llvmlite as a symbol (`parfor.registered_slot`): 0 until its
+kernel's module stores its piece's address in it."""
 
 
 def address_in(symbol: str):  # type: ignore[no-untyped-def]

@@ -28,8 +28,8 @@ runs in the calling thread).
   pieces a job is cut into (`PIECES_PER_THREAD` a thread), `even(parts, threads)` a count of
   equal pieces that keeps the threads even;
 - `address(array)` / `array_at(address, shape, like)` carry arrays through a job;
-  `registered_int(builder, symbol)` declares an int64 registered with llvmlite (a slot, a
-  flag) in compiled code;
+  `registered_slot(symbol)` an int64 registered with llvmlite (a slot), which
+  `registered_int(builder, symbol)` declares in compiled code;
 - `piece_range(piece, pieces, total, align)`: a piece of a flat run cut in equal runs;
   `guided_range(piece, pieces, threads, total, align)` in runs that shrink toward the end of
   the claim order (the threads finish together); `affine_unit(counters, units, threads)`
@@ -118,6 +118,22 @@ def slot_symbol(name: str, dtype: str) -> str:
     return f"rvm_task_slot_{name}_{dtype}"
 
 
+_registered: dict[str, ctypes.c_int64] = {}  # symbol -> its int64, registered once, kept
+
+
+def registered_slot(symbol: str) -> ctypes.c_int64:
+    """The int64 registered with llvmlite as ``symbol`` (made, 0, and registered at the first
+    call for it; kept for good): what compiled code reads through `registered_int`."""
+    if not symbol.isidentifier():
+        raise ValueError(f"registered_slot: a symbol must be an identifier, got {symbol!r}")
+    with _task_lock:
+        value = _registered.get(symbol)
+        if value is None:
+            value = _registered[symbol] = ctypes.c_int64(0)
+            llvm.add_symbol(symbol, ctypes.addressof(value))
+        return value
+
+
 def export_task(name: str, body: Callable[..., None]) -> None:
     """Declare ``body(chunk, like, data)`` (module level, for Numba's cache) as the task
     ``name``; `require_task` compiles it for a dtype (the library entry point of the same
@@ -128,10 +144,8 @@ def export_task(name: str, body: Callable[..., None]) -> None:
     _task_bodies[name] = body
     for dtype in DTYPES:
         if (name, dtype) not in _slots:
-            slot = ctypes.c_int64(0)
-            _slots[name, dtype] = slot
+            slot = _slots[name, dtype] = registered_slot(slot_symbol(name, dtype))
             _slot_keys[ctypes.addressof(slot)] = (name, dtype)
-            llvm.add_symbol(slot_symbol(name, dtype), ctypes.addressof(slot))
 
 
 def require_task(name: str, dtype: str) -> None:
