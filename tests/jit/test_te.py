@@ -15,10 +15,16 @@ import pytest
 from rvm.jit import cond, te
 
 
+def _at_least_zero(value: int) -> int:
+    """The intrinsic's contract, checked: an index it marks is never negative."""
+    assert value >= 0, value
+    return value
+
+
 def _kernel(em: te.Emitter, params: str) -> Any:
     """The function `k(params)` whose body is the emitter's root."""
     source = f"def k({params}):\n" + "\n".join(em.root.render(1) or ["    pass"]) + "\n"
-    ns: dict[str, Any] = {"np": np}
+    ns: dict[str, Any] = {"np": np, te.AT_LEAST_ZERO[2]: _at_least_zero}
     exec(compile(source, "<te test>", "exec"), ns)
     return ns["k"]
 
@@ -38,7 +44,7 @@ def _add(em: te.Emitter, a: te.Tensor, b: te.Tensor) -> te.Tensor:
 def _store(em: te.Emitter, t: te.Tensor, out: str) -> None:
     def emit(body: te.Body, index: list[te.Scalar]) -> None:
         value = em.load(t, body, index)
-        em.stmt(body, f"{te.array_ref(out, index)} = {value.code}", te.deps_of(*index))
+        em.stmt(body, f"{em.ref(out, index)} = {value.code}", te.deps_of(*index))
 
     em.loop_nest(em.root, t.dims, emit)
 
@@ -138,11 +144,64 @@ def test_product_folds_literals_and_keeps_the_value(dims, env, value):
     assert eval(te.product(dims), {}, env) == value  # noqa: S307 - our own generated source
 
 
-def test_shape_tuple_and_array_ref_are_valid_python():
+def test_shape_tuple_and_ref_are_valid_python():
+    em = te.Emitter("refs")
     assert eval(te.shape_tuple(["3"])) == (3,)  # noqa: S307
     a = np.arange(6).reshape(2, 3)
     index = [te.idx(1), te.idx(2)]
-    assert eval(te.array_ref("a", index), {"a": a}) == 5  # noqa: S307
-    assert eval(te.array_ref("z", []), {"z": np.array(9)}) == 9  # noqa: S307
+    assert eval(em.ref("a", index), {"a": a}) == 5  # noqa: S307
+    assert eval(em.ref("z", []), {"z": np.array(9)}) == 9  # noqa: S307
     with pytest.raises(te.Unsupported):
-        te.array_ref(None, index)
+        em.ref(None, index)
+    assert not em.imports  # literals only: nothing to tell LLVM
+
+
+def test_ref_marks_computed_indices_and_leaves_loop_variables_and_literals():
+    em = te.Emitter("marks")
+    i, j = te.idx("i", "i"), te.idx("j", "j")
+    shifted = te.idx("(d5 + j)", j)
+    mark = te.AT_LEAST_ZERO[2]
+    assert em.ref("a", [i, te.idx(0)]) == "a[i, 0]" and not em.imports
+    assert em.ref("a", [i, shifted]) == f"a[i, {mark}((d5 + j))]"
+    assert em.imports == {te.AT_LEAST_ZERO}
+    env = {"a": np.arange(12).reshape(3, 4), "i": 2, "j": 1, "d5": 2, mark: _at_least_zero}
+    assert eval(em.ref("a", [i, shifted]), env) == 11  # noqa: S307
+
+
+def test_the_mark_is_the_split_forms_own_import():
+    from rvm.jit import split
+
+    assert te.AT_LEAST_ZERO in split.IMPORTS
+
+
+SLICE = """
+@module
+class Slice:
+    @func
+    def f(x: T[(64, 256), "float32"]):
+        return op.strided_slice(x, begin=[0, 128], end=[64, 256]) * 2.0
+"""
+
+
+def test_a_slice_kernel_loads_and_stores_whole_vectors():
+    """A slice's column index is the slice's start plus the loop's: marked, LLVM vectorizes
+    the row (unmarked, Numba's check of each index for a negative one to wrap around kept
+    the loads and stores element by element)."""
+    import re
+
+    import rvm
+    from rvm import script
+
+    exe = rvm.compile(script.parse(SLICE), progress=False)
+    (record,) = exe.kernels.values()
+    assert f"{te.AT_LEAST_ZERO[2]}(" in record.source
+    namespace: dict[str, Any] = {}
+    source = record.source.replace("CACHE = True", "CACHE = False")
+    exec(compile(source, "<slice kernel>", "exec"), namespace)  # noqa: S102 - rvm's own kernel
+    kernel = namespace[record.entry]
+    x = np.arange(64 * 256, dtype=np.float32).reshape(64, 256)
+    out = np.empty((64, 128), np.float32)
+    kernel(x, out)
+    np.testing.assert_array_equal(out, x[:, 128:] * 2)
+    llvm = kernel.inspect_llvm(kernel.signatures[0])
+    assert re.search(r"load <\d+ x float>", llvm) and re.search(r"store <\d+ x float>", llvm)

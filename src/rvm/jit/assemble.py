@@ -192,7 +192,7 @@ def _store(kb: KernelBuilder, target: str, x: Tensor, offset: dict[int, str], dt
         where = [
             idx(f"{offset[a]} + {i.code}", i) if a in offset else i for a, i in enumerate(index)
         ]
-        body.lines.append(f"{target}[{', '.join(i.code for i in where) or '()'}] = {v.code}")
+        body.lines.append(f"{kb.ref(target, where)} = {v.code}")
 
     kb.loop_nest(kb.root, x.dims, emit)
 
@@ -279,7 +279,7 @@ def write_joined(kb: KernelBuilder, target: Tensor, joined: Tensor, name: str, d
                 at[axis] = idx(f"{off} + {index[axis].code}", index[axis])
             shifted[at[axis].code] = index[axis]
             v = kb.let(body, convert(kb.load(target, body, at), dtype))
-            body.lines.append(f"{name}[{', '.join(i.code for i in at) or '()'}] = {v.code}")
+            body.lines.append(f"{kb.ref(name, at)} = {v.code}")
 
         joined.loader = piece_at
         kb.loop_nest(kb.root, p.dims, emit)
@@ -365,13 +365,13 @@ def _cumsum(kb: KernelBuilder, attrs: dict, args: list[Tensor], out: str) -> Ten
 
         def emit(body: Body, index: list[Scalar]) -> None:
             v = kb.let(body, convert(kb.load(x, body, index), out))
-            here = f"{name}[{', '.join(i.code for i in index)}]"
+            here = kb.ref(name, index)
             prev = [idx(f"{i.code} - 1", i) if a == axis else i for a, i in enumerate(index)]
             body.lines += [
                 f"if {index[axis].code} == 0:",
                 f"    {here} = {v.code}",
                 "else:",
-                f"    {here} = {name}[{', '.join(i.code for i in prev)}] + {v.code}",
+                f"    {here} = {kb.ref(name, prev)} + {v.code}",
             ]
 
         kb.loop_nest(kb.root, x.dims, emit)

@@ -163,11 +163,11 @@ def _row_softmax(kb: KernelBuilder, x: Tensor) -> Tensor:
     axes = (x.ndim - 1,)
     row = kb.buffer((x.dims[-1],), t)
     m = reduce_tensor(kb, "fmax", _stored(kb, x, row), axes, True, t)
-    s = kb.elemwise(lambda a, b: f"({a} - {b})", t, [_read(x, row), m])
+    s = kb.elemwise(lambda a, b: f"({a} - {b})", t, [_read(kb, x, row), m])
     e = kb.elemwise(lambda a: exp_source(t, a), t, [s])
     total = reduce_tensor(kb, "sum", _stored(kb, e, row), axes, True, t)
     # total first: its row loop (which fills the buffer) precedes the buffer's reads
-    return kb.elemwise(lambda b, a: f"({a} / {b})", t, [total, _read(x, row)])
+    return kb.elemwise(lambda b, a: f"({a} / {b})", t, [total, _read(kb, x, row)])
 
 
 def _stored(kb: KernelBuilder, x: Tensor, row: str) -> Tensor:
@@ -176,18 +176,18 @@ def _stored(kb: KernelBuilder, x: Tensor, row: str) -> Tensor:
 
     def fill(body: Body, index: Sequence[Scalar]) -> Scalar:
         v = kb.let(body, kb.load(x, body, index))
-        body.home(v.deps).lines.append(f"{row}[{index[-1].code}] = {v.code}")
+        body.home(v.deps).lines.append(f"{kb.ref(row, index[-1:])} = {v.code}")
         return v
 
     return Tensor(x.dims, x.dtype, fill)
 
 
-def _read(x: Tensor, row: str) -> Tensor:
+def _read(kb: KernelBuilder, x: Tensor, row: str) -> Tensor:
     """A tensor of ``x``'s shape reading the row buffer ``row`` (what was last stored there in
     the element's row: every read depends on the whole index, so it stays inside the row)."""
 
     def read(body: Body, index: Sequence[Scalar]) -> Scalar:
-        return Scalar(f"{row}[{index[-1].code}]", deps_of(*index), x.dtype)
+        return Scalar(kb.ref(row, index[-1:]), deps_of(*index), x.dtype)
 
     return Tensor(x.dims, x.dtype, read)
 

@@ -37,8 +37,6 @@ class KernelBuilder(Emitter):
         self.origins: dict[str, str] = {}  # symbol -> where it was first read
         self.sizes: dict[int, str] = {}  # fixed sizes read at run time -> their symbols
         self.op = "kernel"
-        # What the kernel module imports besides its header: (module, name, alias or None).
-        self.imports: set[tuple[str, str, str | None]] = set()
         # Library entry points (name, dtype) the kernel calls: its module requires them at
         # import, before its function is compiled or loaded (`rvm.kernels.entry`).
         self.entries: set[tuple[str, str]] = set()
@@ -233,7 +231,7 @@ class KernelBuilder(Emitter):
 
         def emit(body: Body, index: list[Scalar]) -> None:
             v = self.let(body, convert(self.load(x, body, index), dtype))
-            body.lines.append(f"{_ref(name, index)} = {v.code}")
+            body.lines.append(f"{self.ref(name, index)} = {v.code}")
 
         self.loop_nest(self.root, x.dims, emit)
 
@@ -244,9 +242,3 @@ class KernelBuilder(Emitter):
         name = self.fresh("buf")
         self.root.lines.append(f"{name} = np.empty({shape_tuple(dims)}, dtype=np.{dtype})")
         return name
-
-
-def _ref(name: str, index: Sequence[Scalar]) -> str:
-    if not index:
-        return f"{name}[()]"
-    return f"{name}[{', '.join(i.code for i in index)}]"

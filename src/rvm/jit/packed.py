@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from rvm.jit.compute import compute
 from rvm.jit.kernel import KernelBuilder
-from rvm.jit.te import Body, Scalar, Tensor, Unsupported, array_ref, shape_tuple
+from rvm.jit.te import Body, Scalar, Tensor, Unsupported, shape_tuple
 from rvm.jit.views import array_view
 from rvm.kernels.reference.packed import ACTIVATIONS
 from rvm.op import ops
@@ -104,9 +104,9 @@ def _broadcast_residual(
     call(broadcast, f"{tmp}.reshape({two_d})", None)
 
     def add(body: Body, index: list[Scalar]) -> None:
-        a = array_ref(tmp, kb.broadcast_index(product, dims, index))
-        b = array_ref(r, kb.broadcast_index(rdims, dims, index))
-        body.lines.append(f"{array_ref(out, index)} = {a} + {b}")
+        a = kb.ref(tmp, kb.broadcast_index(product, dims, index))
+        b = kb.ref(r, kb.broadcast_index(rdims, dims, index))
+        body.lines.append(f"{kb.ref(out, index)} = {a} + {b}")
 
     kb.loop_nest(broadcast, dims, add)
     kb.root.lines += [

@@ -152,28 +152,22 @@ def _buffered(kb, kind, x, axes, kept, keepdims, count, dims, out):
             f"dtype=np.{at})"
         )
         init = _init(kind, at)
-        kb.loop_nest(kb.root, kept_dims, lambda b, i: b.lines.append(f"{_ref(buf, i)} = {init}"))
+        kb.loop_nest(kb.root, kept_dims, lambda b, i: b.lines.append(f"{kb.ref(buf, i)} = {init}"))
 
         def emit(inner: Body, index: list[Scalar]) -> None:
             v = kb.let(inner, convert(kb.load(x, inner, index), at))
-            inner.lines.append(_combine(kind, at, _ref(buf, [index[a] for a in kept]), v.code))
+            inner.lines.append(_combine(kind, at, kb.ref(buf, [index[a] for a in kept]), v.code))
 
         kb.loop_nest(kb.root, x.dims, emit)
 
     def loader(body: Body, index: Sequence[Scalar]) -> Scalar:
         kidx = _kept_index(index, nd, kept, keepdims)
-        v = Scalar(_ref(buf, kidx), deps_of(*kidx), at)
+        v = Scalar(kb.ref(buf, kidx), deps_of(*kidx), at)
         if kind == "mean":
             v = Scalar(f"({v.code} / {_count(count, at)})", v.deps, at)
         return convert(v, out)
 
     return Tensor(dims, out, loader, fill=fill)
-
-
-def _ref(name: str, index: Sequence[Scalar]) -> str:
-    if not index:
-        return f"{name}[()]"
-    return f"{name}[{', '.join(i.code for i in index)}]"
 
 
 __all__ = ["reduce_tensor", "idx"]

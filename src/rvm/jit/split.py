@@ -25,7 +25,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rvm.jit.te import Body, Loop
+from rvm.jit.te import AT_LEAST_ZERO, Body, Loop
 from rvm.kernels import loopsplit
 from rvm.kernels.parfor import MIN_WORK
 
@@ -92,7 +92,7 @@ def split_form(
         *_indent(head),
         f"    split_lo, split_hi = ls_piece_range(split_piece, split_pieces, {total}, {align})",
         "    for split_j in range(split_hi - split_lo):",
-        f"        {loop.var} = ls_at_least_zero({first}split_lo + split_j)",
+        f"        {loop.var} = {AT_LEAST_ZERO[2]}({first}split_lo + split_j)",
         *_indent(rest),
         "",
         "",

@@ -23,6 +23,9 @@ from dataclasses import dataclass, field
 from rvm.errors import RVMError
 from rvm.jit.cond import Cond
 
+# The intrinsic telling LLVM an index is at least 0, as a kernel module imports it.
+AT_LEAST_ZERO = ("rvm.kernels.loopsplit", "at_least_zero", "ls_at_least_zero")
+
 
 class Unsupported(RVMError):
     """The function uses something the jit does not lower (it falls back to numpy)."""
@@ -152,9 +155,34 @@ class Emitter:
         self._dims: dict[str, str] = {}  # code -> the local already holding it
         self._checks: set[tuple[str, str]] = set()
         self.loops = 0  # loops opened (the kernel's compile cost, `rvm.jit.lower`)
+        # What the kernel module imports besides its header: (module, name, alias or None).
+        self.imports: set[tuple[str, str, str | None]] = set()
 
     def fresh(self, prefix: str = "v") -> str:
         return f"{prefix}{next(self._names)}"
+
+    def ref(self, name: str | None, index: Sequence[Scalar]) -> str:
+        """Source of ``name[index]`` (``name[()]`` for 0-d arrays), to load or store.
+
+        Every index the lowerings compute is in bounds by construction (a data index is
+        checked first, `rvm.jit.layout.checked_index`), so one that is not a literal or a
+        loop's own variable is told to LLVM to be at least 0 (`AT_LEAST_ZERO`). Else Numba
+        checks a signed index for a negative one to wrap around, which LLVM keeps where it
+        cannot prove the sum non-negative (a slice's ``d5 + i9``, ``d5`` read from a shape):
+        the loop then loaded and stored element by element.
+        """
+        if name is None:
+            raise Unsupported("a tensor without a loader or an array")
+        if not index:
+            return f"{name}[()]"
+        parts = []
+        for i in index:
+            if _is_literal(i.code) or i.code in i.deps:
+                parts.append(i.code)
+            else:
+                self.imports.add(AT_LEAST_ZERO)
+                parts.append(f"{AT_LEAST_ZERO[2]}({i.code})")
+        return f"{name}[{', '.join(parts)}]"
 
     # -- statements ----------------------------------------------------------------------
 
@@ -211,7 +239,7 @@ class Emitter:
         if t.loader is not None:
             value = t.loader(body, index)
         else:
-            value = Scalar(array_ref(t.array, index), deps_of(*index), t.dtype)
+            value = Scalar(self.ref(t.array, index), deps_of(*index), t.dtype)
         value = self.let(body, value)
         body.home(value.deps).memo[key] = value
         return value
@@ -252,15 +280,6 @@ class Emitter:
         emit(body, index)
         for b in reversed(bodies):
             self.close_loop(b)
-
-
-def array_ref(name: str | None, index: Sequence[Scalar]) -> str:
-    """Source of ``name[index]`` (``name[()]`` for 0-d arrays)."""
-    if name is None:
-        raise Unsupported("a tensor without a loader or an array")
-    if not index:
-        return f"{name}[()]"
-    return f"{name}[{', '.join(i.code for i in index)}]"
 
 
 def _is_literal(code: str) -> bool:
