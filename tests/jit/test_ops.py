@@ -189,6 +189,27 @@ def test_softmax_row_cache_in_fused_consumers(make) -> None:
         check(k.func, rand((5, m)), kernel=k, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("shape", [(5, 1), (4, 4, 1), (1, 1)])
+@pytest.mark.parametrize(
+    "make",
+    [
+        op.softmax,
+        op.log_softmax,
+        lambda z: op.softmax(op.tanh(op.relu(z))),  # the fuzz's random model 13
+        lambda z: op.softmax(z) + op.softmax(z * 2.0),
+    ],
+)
+def test_softmax_over_a_fixed_axis_of_one(shape, make) -> None:
+    """An axis of one element gets no loop: the row buffer's reads must still come after the
+    row's reductions store it (they came before: NaN where the answer is 1)."""
+    z = var("z", shape)
+    k = Jit(prim([z], make(z)))
+    got = k(rand(shape))
+    check(k.func, rand(shape), kernel=k, rtol=1e-5, atol=1e-6)
+    if make is op.softmax:
+        np.testing.assert_array_equal(got, np.ones(shape, np.float32))
+
+
 def test_dps_style_writes_output() -> None:
     func = prim([x, b], op.relu(x + b))
     k = Jit(func, style="dps")

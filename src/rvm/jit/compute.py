@@ -163,10 +163,14 @@ def _row_softmax(kb: KernelBuilder, x: Tensor) -> Tensor:
     axes = (x.ndim - 1,)
     row = kb.buffer((x.dims[-1],), t)
     m = reduce_tensor(kb, "fmax", _stored(kb, x, row), axes, True, t)
-    s = kb.elemwise(lambda a, b: f"({a} - {b})", t, [_read(kb, x, row), m])
+    # Each reduction first, then the buffer's read: the reduction's row loop fills the buffer
+    # before the loop that reads it. A row of one element has no loop: its statements go in
+    # emission order into one body, and a read loaded before its reduction read the buffer
+    # before the row was stored (a softmax over an axis of 1 gave NaN for 1, found by
+    # `benchmarks/fuzz.py`'s random model 13).
+    s = kb.elemwise(lambda b, a: f"({a} - {b})", t, [m, _read(kb, x, row)])
     e = kb.elemwise(lambda a: exp_source(t, a), t, [s])
     total = reduce_tensor(kb, "sum", _stored(kb, e, row), axes, True, t)
-    # total first: its row loop (which fills the buffer) precedes the buffer's reads
     return kb.elemwise(lambda b, a: f"({a} / {b})", t, [total, _read(kb, x, row)])
 
 
