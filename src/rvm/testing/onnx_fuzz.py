@@ -138,6 +138,7 @@ def _worker(cases: Sequence[tuple[str, int]], exec_modes: Sequence[str], kernels
 
     import rvm
 
+    _take_channel()
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, hard))
     for n, (kind, seed) in enumerate(cases):
@@ -170,9 +171,24 @@ def _worker(cases: Sequence[tuple[str, int]], exec_modes: Sequence[str], kernels
             _emit({"case": n, "step": "ort", "outcome": outcome, "detail": reason})
 
 
-def _emit(record: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(record) + "\n")
+_channel: list[Any] = []  # the worker's records' stream (`_take_channel`)
+
+
+def _take_channel() -> None:
+    """The worker's standard output becomes its records' channel alone: a copy of it carries
+    the records, and the descriptor itself then writes to standard error, so whatever else a
+    case prints there (ONNX Runtime's notice of a provider's fallback on a model with bad
+    bytes, C code's output) cannot break a record (it did: the run stopped on a line that
+    was not JSON)."""
     sys.stdout.flush()
+    _channel.append(os.fdopen(os.dup(1), "w"))
+    os.dup2(2, 1)
+
+
+def _emit(record: dict[str, Any]) -> None:
+    out = _channel[0] if _channel else sys.stdout
+    out.write(json.dumps(record) + "\n")
+    out.flush()
 
 
 def cases(kinds: Iterable[str], count: int, start: int = 0) -> list[tuple[str, int]]:

@@ -98,3 +98,26 @@ def test_mutated_and_random_models_raise_clear_errors_or_match_onnx_runtime():
     bad += [n for n in notes if n["kind"] == "random"]  # valid models: ONNX Runtime runs them
     assert not bad, "\n".join(map(str, bad))
     assert counts["error"] > 0 and counts["ok"] >= 5  # the random models matched
+
+
+def test_what_a_case_prints_leaves_the_workers_records_whole():
+    """A fuzz worker's records go through its standard output; anything a case writes there
+    (ONNX Runtime's notice of a provider's fallback, from Python or from C) goes to standard
+    error instead, so the run reads every record."""
+    worker = textwrap.dedent(
+        """
+        import ctypes, sys
+        from rvm.testing import onnx_fuzz
+
+        onnx_fuzz._take_channel()
+        print("*** EP Error ***")
+        ctypes.CDLL(None).puts(b"from C")
+        ctypes.CDLL(None).fflush(None)
+        onnx_fuzz._emit({"case": 0, "step": "start"})
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", worker], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout == '{"case": 0, "step": "start"}\n', out.stdout
+    assert "EP Error" in out.stderr and "from C" in out.stderr
