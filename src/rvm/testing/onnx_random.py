@@ -2,9 +2,11 @@
 
 `random_model(seed)` builds a model of 3-10 nodes over one or two float32 graph inputs of
 random static shapes: unary and binary elementwise ops (broadcasting a suffix of the shape),
-MatMul and Gemm with a weight, Transpose, Reshape, Concat, Split, Softmax, the reductions
-(ReduceLogSumExp among them) with random axes and keepdims, Gather, Slice, Unsqueeze, Clip,
-Where, CumSum, Pad, Tile, Expand, variadic Sum/Mean/Max/Min, Pow, LayerNormalization, and a Conv
+MatMul and Gemm with a weight, Transpose, Reshape, Flatten, Concat, Split, Softmax and
+LogSoftmax, the reductions (ReduceLogSumExp among them) with random axes and keepdims, Gather,
+Slice (steps of -2 to 3, bounds past either end), Unsqueeze, Clip, Where, CumSum, ArgMax and
+ArgMin of rounded values (cast back to float32), Pad, Tile, Expand, variadic Sum/Mean/Max/Min, Pow,
+LayerNormalization, and a Conv
 or pool over the value reshaped to (1, C, H, W), at opset 13, 17 or 18 (where reductions take
 their axes as an input). Values stay in a range where float32 results agree to rtol 1e-4:
 division, logarithms and Pow take ``abs(x) + 1``, ``exp`` takes ``tanh(x)``. The model passes
@@ -129,7 +131,10 @@ def _reduce(b: _Builder, x: str) -> str:
 def _layout(b: _Builder, x: str) -> str:
     shape = b.shapes[x]
     rank = len(shape)
-    choice = b.pick(["Transpose", "Reshape", "Concat", "Split", "Softmax", "Gather", "Slice"])
+    choice = b.pick(
+        ["Transpose", "Reshape", "Concat", "Split", "Softmax", "Gather", "Slice", "Stepped"]
+        + ["LogSoftmax", "Flatten"]
+    )
     if rank == 0 or choice == "Reshape":
         target = (int(np.prod(shape)),) if rank != 1 else (1, shape[0])
         return b.node("Reshape", [x, b.const(np.array(target, np.int64))], target)
@@ -156,7 +161,22 @@ def _layout(b: _Builder, x: str) -> str:
         out = tuple(d - start if i == axis else d for i, d in enumerate(shape))
         bounds = [b.const(np.array([v], np.int64)) for v in (start, 2**62, axis)]
         return b.node("Slice", [x, *bounds], out)
-    return b.node("Softmax", [x], shape, axis=axis - rank)
+    if choice == "Stepped":  # a step other than 1, backwards too; bounds past the ends
+        n = shape[axis]
+        step = b.pick([-1, -2, 2, 3])
+        start = int(b.rng.integers(-n - 1, n + 1))
+        end = b.pick([int(b.rng.integers(-n - 1, n + 1)), -(2**62), 2**62])
+        size = np.arange(n)[start:end:step].size
+        if size == 0:  # an empty slice ends the chain: take the whole axis backwards
+            start, end, step, size = -1, -(2**62), -1, n
+        out = tuple(size if i == axis else d for i, d in enumerate(shape))
+        bounds = [b.const(np.array([v], np.int64)) for v in (start, end, axis, step)]
+        return b.node("Slice", [x, *bounds], out)
+    if choice == "Flatten":
+        cut = int(b.rng.integers(rank + 1))
+        out = (int(np.prod(shape[:cut])), int(np.prod(shape[cut:])))
+        return b.node("Flatten", [x], out, axis=cut)
+    return b.node(choice if choice == "LogSoftmax" else "Softmax", [x], shape, axis=axis - rank)
 
 
 def _spatial(b: _Builder, x: str) -> str:
@@ -219,7 +239,7 @@ def _grow(b: _Builder, x: str, values: list[str]) -> str:
 
 def _other(b: _Builder, x: str, values: list[str]) -> str:
     shape = b.shapes[x]
-    choice = b.pick(["MatMul", "Unsqueeze", "Clip", "Where", "CumSum"])
+    choice = b.pick(["MatMul", "Unsqueeze", "Clip", "Where", "CumSum", "ArgMax"])
     if choice == "MatMul" and shape:
         k = int(b.rng.integers(1, 5))
         w = b.const(b.rng.standard_normal((shape[-1], k)).astype(np.float32) * 0.5)
@@ -235,6 +255,20 @@ def _other(b: _Builder, x: str, values: list[str]) -> str:
         y = b.pick([v for v in values if b.shapes[v] == shape] or [x])
         cond = b.node("Greater", [x, y], shape)
         return b.node("Where", [cond, x, y], shape)
+    if choice == "ArgMax":  # an index, back to float32
+        from onnx import TensorProto
+
+        # Of rounded values: their ties are exact, so the first or the last index is the
+        # model's (``select_last_index``) and not a last bit's (the values' own near-ties went
+        # either way between runtimes 1 ulp apart).
+        four = b.const(np.array(4.0, np.float32))
+        steps = b.node("Round", [b.node("Mul", [x, four], shape)], shape)
+        at, keep = int(b.rng.integers(len(shape))), int(b.rng.integers(2))
+        out = tuple(1 if i == at else d for i, d in enumerate(shape) if keep or i != at)
+        op_type = b.pick(["ArgMax", "ArgMin"])
+        last = int(b.rng.integers(2))
+        index = b.node(op_type, [steps], out, axis=at, keepdims=keep, select_last_index=last)
+        return b.node("Cast", [index], out, to=TensorProto.FLOAT)
     axis = b.const(np.array(int(b.rng.integers(len(shape))), np.int64))
     return b.node("CumSum", [x, axis], shape, reverse=int(b.rng.integers(2)))
 
