@@ -74,7 +74,10 @@ def test_a_compile_is_served_and_loaded_here(isolated: Path, monkeypatch) -> Non
     assert mod.twice(3.0) == 7.0
     assert sum(mod.twice.stats.cache_hits.values()) == 1  # loaded here, not compiled
     assert sum(mod.scale.stats.cache_hits.values()) == 1
-    assert apart.server().pid() not in (0, os.getpid())
+    # Served by another process (the counts above), never this one; it may since have
+    # retired (its own memory past `compile_server.RETIRE_BYTES`) or ended: pid 0, seen once
+    # in a loaded clean-clone run of the suite after both requests were served.
+    assert apart.server().pid() != os.getpid()
 
 
 def test_a_callback_made_at_run_time_is_served(isolated: Path, monkeypatch) -> None:
