@@ -7,12 +7,15 @@ its text reads.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
 import pytest
 
-from rvm.jit import cond, te
+import rvm
+from rvm import script
+from rvm.jit import cond, split, te
 
 
 def _at_least_zero(value: int) -> int:
@@ -169,8 +172,6 @@ def test_ref_marks_computed_indices_and_leaves_loop_variables_and_literals():
 
 
 def test_the_mark_is_the_split_forms_own_import():
-    from rvm.jit import split
-
     assert te.AT_LEAST_ZERO in split.IMPORTS
 
 
@@ -187,11 +188,6 @@ def test_a_slice_kernel_loads_and_stores_whole_vectors():
     """A slice's column index is the slice's start plus the loop's: marked, LLVM vectorizes
     the row (unmarked, Numba's check of each index for a negative one to wrap around kept
     the loads and stores element by element)."""
-    import re
-
-    import rvm
-    from rvm import script
-
     exe = rvm.compile(script.parse(SLICE), progress=False)
     (record,) = exe.kernels.values()
     assert f"{te.AT_LEAST_ZERO[2]}(" in record.source
