@@ -79,12 +79,13 @@ def test_every_partial_tile_size() -> None:
 def test_partial_tiles_in_interleaved_sums() -> None:
     """A band's last, partial tile splits each tap's channels over interleaved sums
     (`rvm.kernels.direct_tile.sums`), added after the loop: channels a group that fill the
-    sums unevenly (the rest in the first), fewer channels than sums, groups, 1 and 2 vectors
-    of output channels, 3 x 3 and 1 x 1 kernels, every partial tile size."""
+    sums unevenly (the rest in the first), fewer channels than sums, channels that take rounds
+    of `rvm.kernels.direct_tile.STEPS` steps and then rounds of one step a sum (13, 20), groups,
+    1 and 2 vectors of output channels, 3 x 3 and 1 x 1 kernels, every partial tile size."""
     from rvm.kernels.direct_tile import MR, PARTS, sums
 
     assert any(sums(mr, 1) > 1 for mr in PARTS[1:]) and sums(MR, 1) == 1
-    for cg in (1, 3, 5, 9):
+    for cg in (1, 3, 5, 9, 13, 20):
         for groups, og, k in ((1, 16, 3), (2, 8, 3), (1, 24, 1)):
             for width in range(MR + 1, 2 * MR):
                 pad = k // 2
