@@ -7,7 +7,8 @@ Prints the counts table and writes ``benchmarks/results/fuzz.json`` with the cou
 case that was not a match or a clear error.
 
 ``--count`` cases of each kind (`rvm.testing.onnx_fuzz.ALL_KINDS`: seven mutations of small
-seed models, and ``random`` valid models) run in worker processes
+seed models, ``random`` valid models of elementwise, layout and reduction ops, ``cnn`` valid
+CNNs at sizes that take the library's convolution and pool kernels) run in worker processes
 (`rvm.testing.onnx_fuzz.run`), each imported with `rvm.from_onnx`, compiled and run (exec modes
 in turn) and compared with ONNX Runtime. The columns:
 

@@ -2,8 +2,8 @@
 worker process beside ONNX Runtime, and what happened counted.
 
 A case is a mutated model (`rvm.testing.onnx_mutants`, kinds ``graph``, ``attribute``...) or a
-random valid model (`rvm.testing.onnx_random`, kind ``random``), named by its kind and seed so
-a worker rebuilds it from those alone. `run` starts a worker (``python -m
+random valid model (`rvm.testing.onnx_random`: kinds ``random`` and ``cnn``), named by its kind
+and seed so a worker rebuilds it from those alone. `run` starts a worker (``python -m
 rvm.testing.onnx_fuzz --worker``) that works through the cases and prints one JSON line per
 step; a worker that dies mid-case is a **crash**, one silent for ``timeout`` seconds a **hang**,
 and a new worker goes on from the next case. Each case ends as one outcome:
@@ -69,11 +69,11 @@ def _build(kind: str, seed: int, workdir: str) -> tuple[str, Any, Any, list[np.n
     """The case's description, what rvm imports, the ModelProto (None if unreadable), inputs."""
     import onnx
 
-    if kind == "random":
-        from rvm.testing.onnx_random import random_model
+    if kind in ("random", "cnn"):
+        from rvm.testing.onnx_random import random_cnn, random_model
 
-        model, data = random_model(seed)
-        return f"random model {seed}", model, model, data
+        model, data = (random_model if kind == "random" else random_cnn)(seed)
+        return f"{kind} model {seed}", model, model, data
     from rvm.testing.onnx_mutants import mutant
 
     what, source = mutant(kind, seed, workdir)
@@ -295,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     _worker(todo, args.exec_modes.split(","), args.kernels)
 
 
-ALL_KINDS = (*KINDS, "random")
+ALL_KINDS = (*KINDS, "random", "cnn")
 
 if __name__ == "__main__":
     main()
