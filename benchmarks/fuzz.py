@@ -8,7 +8,8 @@ case that was not a match or a clear error.
 
 ``--count`` cases of each kind (`rvm.testing.onnx_fuzz.ALL_KINDS`: seven mutations of small
 seed models, ``random`` valid models of elementwise, layout and reduction ops, ``cnn`` valid
-CNNs at sizes that take the library's convolution and pool kernels) run in worker processes
+CNNs at sizes that take the library's convolution and pool kernels, ``transformer`` valid
+attention stacks over a symbolic sequence length) run in worker processes
 (`rvm.testing.onnx_fuzz.run`), each imported with `rvm.from_onnx`, compiled and run (exec modes
 in turn) and compared with ONNX Runtime. The columns:
 

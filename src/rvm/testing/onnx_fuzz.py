@@ -2,11 +2,12 @@
 worker process beside ONNX Runtime, and what happened counted.
 
 A case is a mutated model (`rvm.testing.onnx_mutants`, kinds ``graph``, ``attribute``...) or a
-random valid model (`rvm.testing.onnx_random`: kinds ``random`` and ``cnn``), named by its kind
-and seed so a worker rebuilds it from those alone. `run` starts a worker (``python -m
-rvm.testing.onnx_fuzz --worker``) that works through the cases and prints one JSON line per
-step; a worker that dies mid-case is a **crash**, one silent for ``timeout`` seconds a **hang**,
-and a new worker goes on from the next case. Each case ends as one outcome:
+random valid model (kinds ``random``, `rvm.testing.onnx_random`; ``cnn`` and ``transformer``,
+`rvm.testing.onnx_nets`), named by its kind and seed so a worker rebuilds it from those alone.
+`run` starts a worker (``python -m rvm.testing.onnx_fuzz --worker``) that works through the cases
+and prints one JSON line per step; a worker that dies mid-case is a **crash**, one silent for
+``timeout`` seconds a **hang**, and a new worker goes on from the next case. Each case ends as
+one outcome:
 
 - ``ok``: rvm's outputs equal ONNX Runtime's (dtype, shape, values to rtol 1e-4);
 - ``accepted``: rvm ran a model (or inputs) ONNX Runtime refuses;
@@ -41,6 +42,12 @@ import numpy as np
 
 from rvm.testing.onnx_mutants import KINDS
 
+# The valid models' kinds, and the module of `rvm.testing` and function that build each.
+RANDOM_KINDS = {
+    "random": ("onnx_random", "random_model"),
+    "cnn": ("onnx_nets", "random_cnn"),
+    "transformer": ("onnx_nets", "random_transformer"),
+}
 OUTCOMES = ("ok", "accepted", "error", "other", "wrong", "crash", "hang", "unchecked", "skipped")
 MEMORY_LIMIT = 6 << 30  # a worker's address space: a huge allocation fails, not the machine
 
@@ -69,10 +76,11 @@ def _build(kind: str, seed: int, workdir: str) -> tuple[str, Any, Any, list[np.n
     """The case's description, what rvm imports, the ModelProto (None if unreadable), inputs."""
     import onnx
 
-    if kind in ("random", "cnn"):
-        from rvm.testing.onnx_random import random_cnn, random_model
+    if kind in RANDOM_KINDS:
+        import importlib
 
-        model, data = (random_model if kind == "random" else random_cnn)(seed)
+        where, builder = RANDOM_KINDS[kind]
+        model, data = getattr(importlib.import_module(f"rvm.testing.{where}"), builder)(seed)
         return f"{kind} model {seed}", model, model, data
     from rvm.testing.onnx_mutants import mutant
 
@@ -295,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     _worker(todo, args.exec_modes.split(","), args.kernels)
 
 
-ALL_KINDS = (*KINDS, "random", "cnn")
+ALL_KINDS = (*KINDS, *RANDOM_KINDS)
 
 if __name__ == "__main__":
     main()
