@@ -250,8 +250,9 @@ def random_transformer(seed: int) -> tuple[Any, list[np.ndarray]]:
     a symbolic dimension: 1-2 blocks of attention (`_attention`: heads split and joined by
     Reshapes of shapes computed from Shape(x), perhaps a causal mask built by Range) and a
     feed-forward layer, each pre- or post-normalized with a residual Add; then the sequence
-    kept, its mean, or its first position. The input's length is drawn (1-12): rvm compiles
-    the symbolic length without knowing it."""
+    kept, its mean, its first position or its last (a Slice); perhaps learned positions added
+    first (a table's rows gathered by ``Range(0, S)``). The input's length is drawn (1-12):
+    rvm compiles the symbolic length without knowing it."""
     import onnx
     from onnx import TensorProto, helper
 
@@ -260,6 +261,12 @@ def random_transformer(seed: int) -> tuple[Any, list[np.ndarray]]:
     d = int(rng.choice([8, 16, 24, 32, 48]))
     x = "x"
     b.shapes[x] = (1, "S", d)  # type: ignore[assignment]
+    if rng.random() < 0.5:  # learned positions: a table's rows 0..S-1, Range(0, S) gathered
+        size = b.node("Gather", [b.node("Shape", [x], (3,)), b.const(np.array(1, np.int64))], ())
+        zero, one = (b.const(np.array(v, np.int64)) for v in (0, 1))
+        span = b.node("Range", [zero, size, one], ("S",))
+        table = b.const((rng.standard_normal((32, d)) * 0.5).astype(np.float32))
+        x = b.node("Add", [x, b.node("Gather", [table, span], ("S", d))], (1, "S", d))
     pre = rng.random() < 0.5
     for _ in range(int(rng.integers(1, 3))):
         for layer in (_attention, _feed_forward):
@@ -268,11 +275,14 @@ def random_transformer(seed: int) -> tuple[Any, list[np.ndarray]]:
             if not pre:
                 x = _layer_norm(b, x, d)
     out_shape: list[Any] = [1, "S", d]
-    end = rng.choice(["sequence", "mean", "first"])
+    end = rng.choice(["sequence", "mean", "first", "last"])
     if end == "mean":
         x, out_shape = _mean(b, x, 1, (1, d), keepdims=0), [1, d]
     elif end == "first":
         x, out_shape = b.node("Gather", [x, b.const(np.array(0, np.int64))], (1, d), axis=1), [1, d]
+    elif end == "last":  # the next token's: Slice from -1 to past the end
+        bounds = [b.const(np.array([v], np.int64)) for v in (-1, 1 << 62, 1)]
+        x, out_shape = b.node("Slice", [x, *bounds], (1, 1, d)), [1, 1, d]
     graph = helper.make_graph(
         b.nodes,
         f"transformer_{seed}",
