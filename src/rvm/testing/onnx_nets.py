@@ -53,7 +53,10 @@ def _conv(b: GraphBuilder, x: str, o: int, k: int, stride: int = 1, groups: int 
         scale, bias, mean = (b.const((b.rng.random(o) + 0.5).astype(np.float32)) for _ in "sbm")
         var = b.const((b.rng.random(o) + 0.5).astype(np.float32))
         y = b.node("BatchNormalization", [y, scale, bias, mean, var], shape)
-    act = b.pick(["Relu", "Relu", "Relu", "none", "Clip", "LeakyRelu", "Swish"])
+    act = b.pick(["Relu", "Relu", "Relu", "none", "Clip", "LeakyRelu", "Swish", "HardSwish"])
+    if act == "PRelu" or (act == "LeakyRelu" and b.rng.random() < 0.5):  # a slope a channel
+        slope = b.const((b.rng.random((o, 1, 1)) * 0.3).astype(np.float32))
+        return b.node("PRelu", [y, slope], shape)
     if act == "Clip":
         lo, hi = (b.const(np.array(v, np.float32)) for v in (0.0, 6.0))
         return b.node("Clip", [y, lo, hi], shape)
@@ -64,9 +67,12 @@ def _conv(b: GraphBuilder, x: str, o: int, k: int, stride: int = 1, groups: int 
 
 def _cnn_block(b: GraphBuilder, x: str) -> str:
     """A layer or block of a CNN: a convolution of random geometry, a fire module (squeeze,
-    two expansions, Concat), a residual block, branches joined by Concat, or a pool."""
+    two expansions, Concat), a residual block, branches joined by Concat, a squeeze-excitation
+    (channel weights from the global pool), a channel shuffle, an upsampling (Resize or a
+    ConvTranspose), or a pool."""
     n, c, h, w = b.shapes[x]
-    choice = b.pick(["conv", "conv", "fire", "residual", "branches", "depthwise", "pool"])
+    choice = b.pick(["conv", "conv", "fire", "residual", "branches", "depthwise", "pool"]
+                    + ["excite", "shuffle", "upsample"])  # fmt: skip
     widths = [8, 12, 16, 20, 24, 32, 40, 48, 64, 72, 96, 128]
     if choice == "conv":
         k = b.pick([1, 1, 3, 3, 3, 5, 7])
@@ -74,7 +80,29 @@ def _cnn_block(b: GraphBuilder, x: str) -> str:
         groups = b.pick([g for g in (1, 1, 1, 2, 4) if c % g == 0])
         o = b.pick([v for v in widths if v % groups == 0])
         return _conv(b, x, o, k, stride, groups, dilation, same=False)
-    if choice == "depthwise":
+    if choice == "excite":  # MobileNetV3's and EfficientNet's: x * sigmoid(W2 relu(W1 gap(x)))
+        mid = max(c // 4, 4)
+        pooled = b.node("GlobalAveragePool", [x], (n, c, 1, 1))
+        w1, w2 = b.const(_fan(b, (mid, c, 1, 1), c)), b.const(_fan(b, (c, mid, 1, 1), mid))
+        squeezed = b.node("Relu", [b.node("Conv", [pooled, w1], (n, mid, 1, 1))], (n, mid, 1, 1))
+        gate = b.node(b.pick(["Sigmoid", "HardSigmoid"]),
+                      [b.node("Conv", [squeezed, w2], (n, c, 1, 1))], (n, c, 1, 1))  # fmt: skip
+        return b.node("Mul", [x, gate], (n, c, h, w))
+    if choice == "shuffle" and c % 2 == 0:  # ShuffleNet's: (n, g, c/g, h, w) transposed
+        split = b.node("Reshape", [x, b.const(np.array([n, 2, c // 2, h, w], np.int64))],
+                       (n, 2, c // 2, h, w))  # fmt: skip
+        moved = b.node("Transpose", [split], (n, c // 2, 2, h, w), perm=[0, 2, 1, 3, 4])
+        return b.node("Reshape", [moved, b.const(np.array([n, c, h, w], np.int64))], (n, c, h, w))
+    if choice == "upsample" and h * w <= 400:
+        if b.rng.random() < 0.5:
+            mode = b.pick(["nearest", "linear"])
+            scales = b.const(np.array([1, 1, 2, 2], np.float32))
+            extra = {"coordinate_transformation_mode": "half_pixel"} if mode == "linear" else {}
+            return b.node("Resize", [x, "", scales], (n, c, 2 * h, 2 * w), mode=mode, **extra)
+        o = b.pick(widths)
+        weight = b.const(_fan(b, (c, o, 2, 2), c))
+        return b.node("ConvTranspose", [x, weight], (n, o, 2 * h, 2 * w), strides=[2, 2])
+    if choice in ("depthwise", "shuffle", "upsample"):
         return _conv(b, x, c, b.pick([3, 3, 5]), b.pick([1, 2]), groups=c, same=False)
     if choice == "fire":
         s = _conv(b, x, b.pick([8, 16, 24]), 1)
