@@ -182,12 +182,14 @@ def test_conv2d_takes_winograd(blas_threads, shape) -> None:
     (_, c, h, wd), o, (oh, ow) = x.shape, w.shape[0], want.shape[2:]
     how = convmethod.method.py_func(c, o, 1, 3, 3, 1, 1, 1, 1, oh, ow, h, wd, False, True)
     assert how == convmethod.WINOGRAD
-    # Not below the channels' mean, each at its floor (`convmethod.WINOGRAD_MIN_CHANNELS`), on a map
-    # too large for the small maps' mean (`convmethod.WINOGRAD_SMALL_MAP`); on a small one, from
-    # that mean (`convmethod.WINOGRAD_SMALL_MEAN`: the channels' floor on AVX2).
+    # Each at its floor (`convmethod.WINOGRAD_MIN_CHANNELS`), on a map too large for the small
+    # maps' mean (`convmethod.WINOGRAD_SMALL_MAP`): as the channels' mean says (below it on
+    # AVX-512, at it on AVX2); on a small one, from that mean (`convmethod.WINOGRAD_SMALL_MEAN`).
     floor = convmethod.WINOGRAD_MIN_CHANNELS * sgemm.LANES
     side = 2 * math.isqrt(convmethod.WINOGRAD_SMALL_MAP // (2 * floor)) + 2  # tiles beyond it
-    assert not convmethod.winograd_pays.py_func(floor, floor, 1, 3, 3, 1, 1, 1, 1, side, side)
+    at_mean = convmethod.WINOGRAD_MEAN_CHANNELS <= convmethod.WINOGRAD_MIN_CHANNELS
+    pays = convmethod.winograd_pays.py_func(floor, floor, 1, 3, 3, 1, 1, 1, 1, side, side)
+    assert pays == at_mean
     small = 2 * floor * ((oh + 1) // 2) * ((ow + 1) // 2) <= convmethod.WINOGRAD_SMALL_MAP
     at_floor = small and convmethod.WINOGRAD_SMALL_MEAN <= convmethod.WINOGRAD_MIN_CHANNELS
     assert convmethod.winograd_pays.py_func(floor, floor, 1, 3, 3, 1, 1, 1, 1, oh, ow) == at_floor

@@ -355,10 +355,11 @@ def winograd_floors(vector_bits: int) -> tuple[int, float, float]:
     on a weight transformed beforehand, every 3x3 stride-1 layer of the light models), as the
     transforms' share against the GEMMs' is not the same count of vectors on both.
 
-    - 256 bits: 8 and 10 (64 channels each and a mean of 80), on a Zen 3 core (AVX2; session
-      44, one and two threads, loaded): from 12 x 12 maps (36 tiles) with the mean from 96
-      channels 1.04-1.78, but 160 -> 320 on 13 x 13 0.97; at a mean of 77 (64 -> 96, 48 ->
-      192) 0.68-1.26, of 64 (64 -> 64) 0.79-1.34; 7 x 7 maps 0.76-1.52, 6 x 6 0.49-0.76.
+    - 256 bits: 8 and 10 (64 channels each and a mean of 80; the mean 8 since session 96,
+      below), on a Zen 3 core (AVX2; session 44, one and two threads, loaded): from 12 x 12
+      maps (36 tiles) with the mean from 96 channels 1.04-1.78, but 160 -> 320 on 13 x 13
+      0.97; at a mean of 77 (64 -> 96, 48 -> 192) 0.68-1.26, of 64 (64 -> 64) 0.79-1.34; 7 x 7
+      maps 0.76-1.52, 6 x 6 0.49-0.76.
     - 512 bits: 2 and 3 (32 channels each and a mean of 48), on a Zen 4 core (AVX-512 run as
       two 256-bit halves; session 45, loaded): from 36 tiles 1.06-1.78 from 32 channels each
       and a mean of 51 -- squeezenet's 32 -> 128 on 27 x 27 1.21-1.23, 48 -> 192 and 64 -> 256
@@ -389,8 +390,16 @@ def winograd_floors(vector_bits: int) -> tuple[int, float, float]:
       and 0.57, on 28 x 28 0.99 and 0.93, 16 -> 32 on 55 x 55 1.42 at one thread but 0.99 at
       two. Session 45's 0.56-0.66 on 16 -> 64 came before the output transform was vectorized
       and small maps' phases were cut apart.
+    - 256 bits, session 96 (Zen 3, `conv_methods.py` at one thread, thread CPU, and at two,
+      wall): a mean of 8 vectors on large maps too. 64 -> 64 on 56 x 56 (resnet50's) 1.21 and
+      1.16, on 224 x 224 (vgg19's) 1.15 and 1.10, where session 44 (before the vectorized
+      transforms) had read 0.79-1.34 at that mean; resnet50 whole, built both ways and taken
+      in turns at two threads, 0.986 of its time (a noisy hour). Left as they were: 32 -> 128
+      on 27 x 27 (four vectors of input channels, a small map) 1.10-1.27 and 1.08; the small
+      maps' 48 -> 192 on 13 x 13, 1.03 at one thread but 0.89 at two, and 64 -> 256, 1.34 but
+      0.94 (kept); 128 -> 32 (densenet121's) 0.70-0.95 and 0.66-1.00; 16 -> 64 0.76-0.82.
     """
-    return (1, 1.5, 1.5) if vector_bits >= 512 else (8, 10, 8)
+    return (1, 1.5, 1.5) if vector_bits >= 512 else (8, 8, 8)
 
 
 WINOGRAD_MIN_CHANNELS, WINOGRAD_MEAN_CHANNELS, WINOGRAD_SMALL_MEAN = winograd_floors(
