@@ -4,11 +4,12 @@ small graphs of single ops).
 
 - `random_cnn(seed)`: 2-5 layers or blocks over an image batch (`_cnn_block`: convolutions of
   random geometry, depthwise ones, fire modules, residual blocks, branches joined by Concat,
-  pools), perhaps a classifier head, at sizes that take the library's convolution methods
-  (direct, Winograd's, the GEMMs), pools, in-place Concats and fused epilogues.
+  squeeze-excitations, channel shuffles, upsamplings, pools), perhaps a classifier head, at
+  sizes that take the library's convolution methods (direct, Winograd's, the GEMMs), pools,
+  in-place Concats and fused epilogues.
 - `random_transformer(seed)`: attention and feed-forward blocks over a sequence of symbolic
   length, its heads split and joined by Reshapes of shapes computed from ``Shape(x)`` as
-  exporters write them, perhaps a causal mask built by ``Range``.
+  exporters write them, perhaps a causal mask built by ``Range`` and learned positions.
 
 Weights keep unit scale, so float32 results agree with ONNX Runtime's to rtol 1e-4. Each model
 passes ``onnx.checker`` and strict shape inference.
@@ -54,7 +55,7 @@ def _conv(b: GraphBuilder, x: str, o: int, k: int, stride: int = 1, groups: int 
         var = b.const((b.rng.random(o) + 0.5).astype(np.float32))
         y = b.node("BatchNormalization", [y, scale, bias, mean, var], shape)
     act = b.pick(["Relu", "Relu", "Relu", "none", "Clip", "LeakyRelu", "Swish", "HardSwish"])
-    if act == "PRelu" or (act == "LeakyRelu" and b.rng.random() < 0.5):  # a slope a channel
+    if act == "LeakyRelu" and b.rng.random() < 0.5:  # half of them PReLUs: a slope a channel
         slope = b.const((b.rng.random((o, 1, 1)) * 0.3).astype(np.float32))
         return b.node("PRelu", [y, slope], shape)
     if act == "Clip":
@@ -102,7 +103,7 @@ def _cnn_block(b: GraphBuilder, x: str) -> str:
         o = b.pick(widths)
         weight = b.const(_fan(b, (c, o, 2, 2), c))
         return b.node("ConvTranspose", [x, weight], (n, o, 2 * h, 2 * w), strides=[2, 2])
-    if choice in ("depthwise", "shuffle", "upsample"):
+    if choice in ("depthwise", "shuffle", "upsample"):  # the last two where they do not fit
         return _conv(b, x, c, b.pick([3, 3, 5]), b.pick([1, 2]), groups=c, same=False)
     if choice == "fire":
         s = _conv(b, x, b.pick([8, 16, 24]), 1)
@@ -125,8 +126,8 @@ def _cnn_block(b: GraphBuilder, x: str) -> str:
     size = [(d + 2 * pad - k) / stride + 1 for d in (h, w)]
     out = [int(np.ceil(s) if ceil else np.floor(s)) for s in size]
     if ceil and any((o - 1) * stride >= d + pad for o, d in zip(out, (h, w))):
-        # A last window wholly in the right padding: ONNX's shape inference keeps it, ONNX
-        # Runtime drops it (as PyTorch does). Not this generator's question.
+        # A last window that starts in the right padding: ONNX's shape inference keeps it,
+        # ONNX Runtime and rvm drop it (as PyTorch does). Not this generator's question.
         ceil, out = 0, [int(np.floor(s)) for s in size]
     if min(out) < 1:
         return x
