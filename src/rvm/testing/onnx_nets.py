@@ -9,7 +9,8 @@ small graphs of single ops).
   in-place Concats and fused epilogues.
 - `random_transformer(seed)`: attention and feed-forward blocks over a sequence of symbolic
   length, its heads split and joined by Reshapes of shapes computed from ``Shape(x)`` as
-  exporters write them, perhaps a causal mask built by ``Range`` and learned positions.
+  exporters write them, perhaps a causal mask built by ``Range``, learned positions, and a
+  cache of past keys and values as decoders export it.
 
 Weights keep unit scale, so float32 results agree with ONNX Runtime's to rtol 1e-4. Each model
 passes ``onnx.checker`` and strict shape inference.
@@ -195,9 +196,13 @@ def _shape_of(b: GraphBuilder, x: str, dims: list[int | str]) -> str:
     return b.node("Concat", parts, (len(dims),), axis=0)
 
 
-def _attention(b: GraphBuilder, x: str, d: int) -> str:
+def _attention(b: GraphBuilder, x: str, d: int, cache: list[Any] | None = None) -> str:
     """Multi-head self-attention over ``x`` (1, S, d): projections, heads split by a Reshape of
-    a shape read at run time, scaled scores, perhaps a causal mask, Softmax, heads joined."""
+    a shape read at run time, scaled scores, perhaps a causal mask, Softmax, heads joined.
+    With ``cache`` (a list), the keys and values follow a cache's as decoders export them:
+    ``past_key`` and ``past_value`` inputs of P positions before them (Concat), T = P + S
+    positions out; the causal mask's queries then start at P. The heads, their size and the
+    present keys' and values' names go into ``cache``."""
     heads = b.pick([h for h in (1, 2, 4) if d % h == 0])
     dh = d // heads
     shape3, shape4 = (1, "S", d), (1, "S", heads, dh)
@@ -211,21 +216,37 @@ def _attention(b: GraphBuilder, x: str, d: int) -> str:
         v = b.node("Reshape", [v, _shape_of(b, x, ["B", "S", heads, dh])], shape4)
         return b.node("Transpose", [v], tuple(shape4[p] for p in perm), perm=perm)
 
+    def length(v: str, axis: int, rank: int) -> str:
+        shape = b.node("Shape", [v], (rank,))
+        return b.node("Gather", [shape, b.const(np.array(axis, np.int64))], ())
+
     q, k, v = (project(x) for _ in range(3))
-    q, k, v = split(q, [0, 2, 1, 3]), split(k, [0, 2, 3, 1]), split(v, [0, 2, 1, 3])
-    scores = b.node("MatMul", [q, k], (1, heads, "S", "S"))
+    q, v = split(q, [0, 2, 1, 3]), split(v, [0, 2, 1, 3])
+    if cache is None:
+        keys = "S"
+        k = split(k, [0, 2, 3, 1])
+    else:
+        k = b.node("Concat", ["past_key", split(k, [0, 2, 1, 3])], (1, heads, "T", dh), axis=2)
+        v = b.node("Concat", ["past_value", v], (1, heads, "T", dh), axis=2)
+        cache += [heads, dh, k, v]
+        keys = "T"
+        k = b.node("Transpose", [k], (1, heads, dh, "T"), perm=[0, 1, 3, 2])
+    scores = b.node("MatMul", [q, k], (1, heads, "S", keys))
     op_type = b.pick(["Mul", "Div"])  # by 1 / sqrt(dh), or by sqrt(dh)
     scale = b.const(np.array(np.sqrt(dh) ** (1 if op_type == "Div" else -1), np.float32))
-    scores = b.node(op_type, [scores, scale], (1, heads, "S", "S"))
-    if b.rng.random() < 0.5:  # causal: positions after the query's masked
-        size = b.node("Gather", [b.node("Shape", [x], (3,)), b.const(np.array(1, np.int64))], ())
+    scores = b.node(op_type, [scores, scale], (1, heads, "S", keys))
+    if b.rng.random() < 0.5:  # causal: the keys after each query's position masked
         one = b.const(np.array(1, np.int64))
-        span = b.node("Range", [b.const(np.array(0, np.int64)), size, one], ("S",))
-        rows = b.node("Unsqueeze", [span, b.const(np.array([1], np.int64))], ("S", 1))
-        later = b.node("Greater", [span, rows], ("S", "S"))
+        start = b.const(np.array(0, np.int64)) if cache is None else length("past_key", 2, 4)
+        end = b.node("Add", [start, length(x, 1, 3)], ())
+        rows = b.node("Unsqueeze", [b.node("Range", [start, end, one], ("S",)),
+                                    b.const(np.array([1], np.int64))], ("S", 1))  # fmt: skip
+        zero = b.const(np.array(0, np.int64))
+        span = b.node("Range", [zero, length(v, 2, 4), one], (keys,))
+        later = b.node("Greater", [span, rows], ("S", keys))
         low = b.const(np.array(-1e9, np.float32))
-        scores = b.node("Where", [later, low, scores], (1, heads, "S", "S"))
-    probs = b.node("Softmax", [scores], (1, heads, "S", "S"), axis=-1)
+        scores = b.node("Where", [later, low, scores], (1, heads, "S", keys))
+    probs = b.node("Softmax", [scores], (1, heads, "S", keys), axis=-1)
     out = b.node("MatMul", [probs, v], (1, heads, "S", dh))
     out = b.node("Transpose", [out], shape4, perm=[0, 2, 1, 3])
     out = b.node("Reshape", [out, _shape_of(b, x, ["B", "S", d])], shape3)
@@ -280,8 +301,9 @@ def random_transformer(seed: int) -> tuple[Any, list[np.ndarray]]:
     Reshapes of shapes computed from Shape(x), perhaps a causal mask built by Range) and a
     feed-forward layer, each pre- or post-normalized with a residual Add; then the sequence
     kept, its mean, its first position or its last (a Slice); perhaps learned positions added
-    first (a table's rows gathered by ``Range(0, S)``). The input's length is drawn (1-12):
-    rvm compiles the symbolic length without knowing it."""
+    first (a table's rows gathered by ``Range(0, S)``); perhaps a cache of past keys and values
+    in and out of the first attention (`_attention`). The input's length is drawn (1-12), the
+    cache's (0-8): rvm compiles the symbolic lengths without knowing them."""
     import onnx
     from onnx import TensorProto, helper
 
@@ -297,9 +319,12 @@ def random_transformer(seed: int) -> tuple[Any, list[np.ndarray]]:
         table = b.const((rng.standard_normal((32, d)) * 0.5).astype(np.float32))
         x = b.node("Add", [x, b.node("Gather", [table, span], ("S", d))], (1, "S", d))
     pre = rng.random() < 0.5
-    for _ in range(int(rng.integers(1, 3))):
+    cache: list[Any] | None = [] if rng.random() < 0.4 else None
+    for block in range(int(rng.integers(1, 3))):
         for layer in (_attention, _feed_forward):
-            y = layer(b, _layer_norm(b, x, d) if pre else x, d)
+            first = layer is _attention and block == 0 and cache is not None
+            extra = {"cache": cache} if first else {}
+            y = layer(b, _layer_norm(b, x, d) if pre else x, d, **extra)
             x = b.node("Add", [x, y], (1, "S", d))
             if not pre:
                 x = _layer_norm(b, x, d)
@@ -312,15 +337,21 @@ def random_transformer(seed: int) -> tuple[Any, list[np.ndarray]]:
     elif end == "last":  # the next token's: Slice from -1 to past the end
         bounds = [b.const(np.array([v], np.int64)) for v in (-1, 1 << 62, 1)]
         x, out_shape = b.node("Slice", [x, *bounds], (1, 1, d)), [1, 1, d]
-    graph = helper.make_graph(
-        b.nodes,
-        f"transformer_{seed}",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "S", d])],
-        [helper.make_tensor_value_info(x, TensorProto.FLOAT, out_shape)],
-        b.inits,
-    )
+    f32 = TensorProto.FLOAT
+    inputs = [helper.make_tensor_value_info("x", f32, [1, "S", d])]
+    outputs = [helper.make_tensor_value_info(x, f32, out_shape)]
+    data = [rng.standard_normal((1, int(rng.integers(1, 13)), d)).astype(np.float32)]
+    if cache:  # past keys and values in (of 0-8 positions), present ones out
+        heads, dh, present_key, present_value = cache
+        past = int(rng.integers(0, 9))
+        for name in ("past_key", "past_value"):
+            inputs.append(helper.make_tensor_value_info(name, f32, [1, heads, "P", dh]))
+            data.append(rng.standard_normal((1, heads, past, dh)).astype(np.float32))
+        for name in (present_key, present_value):
+            outputs.append(helper.make_tensor_value_info(name, f32, [1, heads, "T", dh]))
+    graph = helper.make_graph(b.nodes, f"transformer_{seed}", inputs, outputs, b.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", b.opset)])
     model.ir_version = 8 if b.opset < 20 else 9
     onnx.checker.check_model(model)
     onnx.shape_inference.infer_shapes(model, strict_mode=True, check_type=True)
-    return model, [rng.standard_normal((1, int(rng.integers(1, 13)), d)).astype(np.float32)]
+    return model, data
