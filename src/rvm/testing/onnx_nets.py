@@ -196,6 +196,12 @@ def _shape_of(b: GraphBuilder, x: str, dims: list[int | str]) -> str:
     return b.node("Concat", parts, (len(dims),), axis=0)
 
 
+def _length(b: GraphBuilder, v: str, axis: int, rank: int) -> str:
+    """Dimension ``axis`` of ``v`` (of ``rank`` dimensions) read at run time, a scalar."""
+    shape = b.node("Shape", [v], (rank,))
+    return b.node("Gather", [shape, b.const(np.array(axis, np.int64))], ())
+
+
 def _attention(b: GraphBuilder, x: str, d: int, cache: list[Any] | None = None) -> str:
     """Multi-head self-attention over ``x`` (1, S, d): projections, heads split by a Reshape of
     a shape read at run time, scaled scores, perhaps a causal mask, Softmax, heads joined.
@@ -216,10 +222,6 @@ def _attention(b: GraphBuilder, x: str, d: int, cache: list[Any] | None = None) 
         v = b.node("Reshape", [v, _shape_of(b, x, ["B", "S", heads, dh])], shape4)
         return b.node("Transpose", [v], tuple(shape4[p] for p in perm), perm=perm)
 
-    def length(v: str, axis: int, rank: int) -> str:
-        shape = b.node("Shape", [v], (rank,))
-        return b.node("Gather", [shape, b.const(np.array(axis, np.int64))], ())
-
     q, k, v = (project(x) for _ in range(3))
     q, v = split(q, [0, 2, 1, 3]), split(v, [0, 2, 1, 3])
     if cache is None:
@@ -237,12 +239,12 @@ def _attention(b: GraphBuilder, x: str, d: int, cache: list[Any] | None = None) 
     scores = b.node(op_type, [scores, scale], (1, heads, "S", keys))
     if b.rng.random() < 0.5:  # causal: the keys after each query's position masked
         one = b.const(np.array(1, np.int64))
-        start = b.const(np.array(0, np.int64)) if cache is None else length("past_key", 2, 4)
-        end = b.node("Add", [start, length(x, 1, 3)], ())
+        start = b.const(np.array(0, np.int64)) if cache is None else _length(b, "past_key", 2, 4)
+        end = b.node("Add", [start, _length(b, x, 1, 3)], ())
         rows = b.node("Unsqueeze", [b.node("Range", [start, end, one], ("S",)),
                                     b.const(np.array([1], np.int64))], ("S", 1))  # fmt: skip
         zero = b.const(np.array(0, np.int64))
-        span = b.node("Range", [zero, length(v, 2, 4), one], (keys,))
+        span = b.node("Range", [zero, _length(b, v, 2, 4), one], (keys,))
         later = b.node("Greater", [span, rows], ("S", keys))
         low = b.const(np.array(-1e9, np.float32))
         scores = b.node("Where", [later, low, scores], (1, heads, "S", keys))
@@ -253,23 +255,15 @@ def _attention(b: GraphBuilder, x: str, d: int, cache: list[Any] | None = None) 
     return project(out)
 
 
-def _mean(b: GraphBuilder, x: str, axis: int, shape: tuple[Any, ...], keepdims: int = 1) -> str:
-    """ReduceMean over ``axis``: its axes an input from opset 18, an attribute before."""
-    if b.opset >= 18:
-        axes = b.const(np.array([axis], np.int64))
-        return b.node("ReduceMean", [x, axes], shape, keepdims=keepdims)
-    return b.node("ReduceMean", [x], shape, axes=[axis], keepdims=keepdims)
-
-
 def _layer_norm(b: GraphBuilder, x: str, d: int) -> str:
     """LayerNormalization, or its decomposition as older exporters write it."""
     scale = b.const((b.rng.random(d) + 0.5).astype(np.float32))
     shift = b.const((b.rng.standard_normal(d) * 0.1).astype(np.float32))
     if b.rng.random() < 0.5:
         return b.node("LayerNormalization", [x, scale, shift], (1, "S", d), axis=-1)
-    centred = b.node("Sub", [x, _mean(b, x, -1, (1, "S", 1))], (1, "S", d))
+    centred = b.node("Sub", [x, b.reduce("ReduceMean", x, [-1], (1, "S", 1), 1)], (1, "S", d))
     two = b.const(np.array(2.0, np.float32))
-    var = _mean(b, b.node("Pow", [centred, two], (1, "S", d)), -1, (1, "S", 1))
+    var = b.reduce("ReduceMean", b.node("Pow", [centred, two], (1, "S", d)), [-1], (1, "S", 1), 1)
     eps = b.const(np.array(1e-5, np.float32))
     norm = b.node("Div", [centred, b.node("Sqrt", [b.node("Add", [var, eps], (1, "S", 1))],
                                           (1, "S", 1))], (1, "S", d))  # fmt: skip
@@ -313,7 +307,7 @@ def random_transformer(seed: int) -> tuple[Any, list[np.ndarray]]:
     x = "x"
     b.shapes[x] = (1, "S", d)  # type: ignore[assignment]
     if rng.random() < 0.5:  # learned positions: a table's rows 0..S-1, Range(0, S) gathered
-        size = b.node("Gather", [b.node("Shape", [x], (3,)), b.const(np.array(1, np.int64))], ())
+        size = _length(b, x, 1, 3)
         zero, one = (b.const(np.array(v, np.int64)) for v in (0, 1))
         span = b.node("Range", [zero, size, one], ("S",))
         table = b.const((rng.standard_normal((32, d)) * 0.5).astype(np.float32))
@@ -331,7 +325,7 @@ def random_transformer(seed: int) -> tuple[Any, list[np.ndarray]]:
     out_shape: list[Any] = [1, "S", d]
     end = rng.choice(["sequence", "mean", "first", "last"])
     if end == "mean":
-        x, out_shape = _mean(b, x, 1, (1, d), keepdims=0), [1, d]
+        x, out_shape = b.reduce("ReduceMean", x, [1], (1, d), 0), [1, d]
     elif end == "first":
         x, out_shape = b.node("Gather", [x, b.const(np.array(0, np.int64))], (1, d), axis=1), [1, d]
     elif end == "last":  # the next token's: Slice from -1 to past the end

@@ -5,12 +5,12 @@ random static shapes: unary and binary elementwise ops (broadcasting a suffix of
 MatMul and Gemm with a weight, Transpose, Reshape, Flatten, Concat, Split, Softmax and
 LogSoftmax, the reductions (ReduceLogSumExp among them) with random axes and keepdims, Gather,
 Slice (steps of -2 to 3, bounds past either end), Unsqueeze, Clip, Where, CumSum, ArgMax and
-ArgMin of rounded values (cast back to float32), Pad, Tile, Expand, variadic Sum/Mean/Max/Min, Pow,
-LayerNormalization, and a Conv
-or pool over the value reshaped to (1, C, H, W), at opset 13, 17 or 18 (where reductions take
-their axes as an input). Values stay in a range where float32 results agree to rtol 1e-4:
-division, logarithms and Pow take ``abs(x) + 1``, ``exp`` takes ``tanh(x)``. The model passes
-``onnx.checker`` and strict shape inference.
+ArgMin of rounded values (cast back to float32), Pad, Tile, Expand, variadic Sum/Mean/Max/Min,
+Pow, LayerNormalization, and a Conv or pool over the value reshaped to (1, C, H, W), at opset
+13, 17 or 18 (where reductions take their axes as an input, `GraphBuilder.reduce`). Values
+stay in a range where float32 results agree to rtol 1e-4: division, logarithms and Pow take
+``abs(x) + 1``, ``exp`` takes ``tanh(x)``. The model passes ``onnx.checker`` and strict shape
+inference.
 
 Larger valid networks, CNNs and transformers, are `rvm.testing.onnx_nets`'.
 """
@@ -81,6 +81,17 @@ class GraphBuilder:
         self.shapes[out] = shape
         return out
 
+    def reduce(self, op_type: str, x: str, axes: list[int], shape: tuple[Any, ...],
+               keepdims: int) -> str:  # fmt: skip
+        """A reduction over ``axes`` (none: all): its axes an input from opset 18 (ReduceSum's
+        from 13), an attribute before."""
+        if axes and (self.opset >= 18 or op_type == "ReduceSum"):
+            axes_in = self.const(np.array(axes, np.int64))
+            return self.node(op_type, [x, axes_in], shape, keepdims=keepdims)
+        if axes:
+            return self.node(op_type, [x], shape, axes=axes, keepdims=keepdims)
+        return self.node(op_type, [x], shape, keepdims=keepdims)
+
     def pick(self, items: Any) -> Any:
         items = list(items)
         return items[int(self.rng.integers(len(items)))]
@@ -122,12 +133,7 @@ def _reduce(b: GraphBuilder, x: str) -> str:
     out = tuple(1 if i in axes else d for i, d in enumerate(shape) if keep or i not in axes)
     if not axes:
         out = tuple(1 for _ in shape) if keep else ()
-    as_input = b.opset >= 18 or op_type == "ReduceSum"
-    if as_input and axes:
-        return b.node(op_type, [x, b.const(np.array(axes, np.int64))], out, keepdims=keep)
-    if axes:
-        return b.node(op_type, [x], out, axes=axes, keepdims=keep)
-    return b.node(op_type, [x], out, keepdims=keep)
+    return b.reduce(op_type, x, axes, out, keep)
 
 
 def _layout(b: GraphBuilder, x: str) -> str:
