@@ -81,7 +81,14 @@ from rvm.kernels.convmethod import (
     wraps_rows,
 )
 from rvm.kernels.depthwise import depthwise
-from rvm.kernels.im2col import conv2d_dot_unchecked, conv2d_im2col, im2col_rows, tap_table
+from rvm.kernels.im2col import (
+    conv2d_dot_unchecked,
+    conv2d_im2col,
+    im2col_panels,
+    im2col_rows,
+    takes_panels,
+    tap_table,
+)
 from rvm.kernels.jitting import jit
 from rvm.kernels.planes import U, fill_phases, phase_shape, tap_starts
 from rvm.kernels.segments import gemm_segments
@@ -341,7 +348,13 @@ def _channels_task(k, like, data):  # type: ignore[no-untyped-def]
 def _im2col_task(k, like, data):  # type: ignore[no-untyped-def]
     x, w, out, job = _operands(data, like)
     conv2d_im2col(x, w, out, job[14], job[15], job[16], job[17], job[18], job[19], job[20],
-                   _epilogue(job))  # fmt: skip
+                  _epilogue(job))  # fmt: skip
+
+
+def _panels_task(k, like, data):  # type: ignore[no-untyped-def]
+    x, w, out, job = _operands(data, like)
+    im2col_panels(x, w, out, job[14], job[15], job[16], job[17], job[18], job[19], job[20],
+                  _epilogue(job))  # fmt: skip
 
 
 def _winograd_task(k, like, data):  # type: ignore[no-untyped-def]
@@ -375,6 +388,7 @@ for _name, _task in (
     ("conv2d_taps", _taps_task),
     ("conv2d_channels", _channels_task),
     ("conv2d_im2col", _im2col_task),
+    ("conv2d_im2col_panels", _panels_task),
     ("conv2d_winograd", _winograd_task),
 ):
     parfor.export_task(_name, _task)
@@ -384,6 +398,7 @@ _call_depthwise = parfor.caller("conv2d_depthwise")
 _call_taps = parfor.caller("conv2d_taps")
 _call_channels = parfor.caller("conv2d_channels")
 _call_im2col = parfor.caller("conv2d_im2col")
+_call_panels = parfor.caller("conv2d_im2col_panels")
 _call_winograd = parfor.caller("conv2d_winograd")
 _run_images = parfor.runner("conv2d_images")
 
@@ -433,6 +448,8 @@ def _dispatch(x, how, job):  # type: ignore[no-untyped-def]
         _call_taps(x, 0, job)
     elif how == WINOGRAD:
         _call_winograd(x, 0, job)
+    elif takes_panels(x, job[13]):  # im2col, two tasks: a model builds the one it takes
+        _call_panels(x, 0, job)
     else:
         _call_im2col(x, 0, job)
 

@@ -162,7 +162,7 @@ METHOD_TASKS = (
 """The library tasks (`rvm.kernels.parfor`) a convolution by each method runs on float32, the
 method's own first (`first_run_tasks`); im2col into the GEMM's panels (`panels_pay`) runs
 `PANEL_TASKS`."""
-PANEL_TASKS = ("conv2d_im2col", *planes.TASKS, "gemm_segments", *sgemm.TASKS)
+PANEL_TASKS = ("conv2d_im2col_panels", *planes.TASKS, "gemm_segments", *sgemm.TASKS)
 
 
 @jit(**_OPTS)

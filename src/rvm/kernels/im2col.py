@@ -26,7 +26,7 @@ import numpy as np
 from numba.core import types as nt
 from numba.extending import overload
 
-from rvm.kernels import parfor, sgemm
+from rvm.kernels import parfor
 from rvm.kernels.blas import blas_threads, gemm_epilogue
 from rvm.kernels.blocks import kept
 from rvm.kernels.convmethod import panels_pay
@@ -42,6 +42,7 @@ __all__ = [
     "conv2d_im2col",
     "im2col_panels",
     "im2col_rows",
+    "takes_panels",
     "tap_table",
 ]
 
@@ -155,7 +156,7 @@ def _dot_product(wm, col, y, n_, g_, og, K, P, pb_, pe_, epilogue):  # type: ign
             y[n_, g_ * og + i, pb_ + j] = tmp[i, j]
 
 
-_im2col_gemm = _im2col(_gemm_product)
+conv2d_im2col = _im2col(_gemm_product)
 conv2d_dot_unchecked = _im2col(_dot_product)
 
 
@@ -202,23 +203,16 @@ def im2col_panels(x, w, out, groups, sh, sw, dh, dw, pt, pl, epilogue):  # type:
     alive(ph)  # reached by address in the product's pieces: not freed before
 
 
-def conv2d_im2col(x, w, out, groups, sh, sw, dh, dw, pt, pl, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
-    """The im2col method: float32 into the GEMM's panels where that pays (`panels_pay`),
-    else through a column matrix (`_im2col_gemm`). Jitted code only."""
-    raise NotImplementedError("conv2d_im2col is for jitted code")
+def takes_panels(x, ow):  # type: ignore[no-untyped-def]
+    """Whether an im2col convolution of ``x`` with output rows of ``ow`` runs `im2col_panels`
+    (float32 where `panels_pay`) rather than `conv2d_im2col`: the two are library tasks of
+    their own (`rvm.kernels.conv`), so a model builds only the one its shapes take. Jitted
+    code only."""
+    raise NotImplementedError("takes_panels is for jitted code")
 
 
-@overload(conv2d_im2col, jit_options=_OPTS)
-def _im2col_method_impl(x, w, out, groups, sh, sw, dh, dw, pt, pl, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
-    if sgemm.PACK_B and isinstance(x, nt.Array) and x.dtype == nt.float32:
-
-        def either(x, w, out, groups, sh, sw, dh, dw, pt, pl, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
-            if panels_pay(out.shape[3]):
-                im2col_panels(x, w, out, groups, sh, sw, dh, dw, pt, pl, epilogue)
-            else:
-                _im2col_gemm(x, w, out, groups, sh, sw, dh, dw, pt, pl, epilogue)
-
-        return either
-    return lambda x, w, out, groups, sh, sw, dh, dw, pt, pl, epilogue: _im2col_gemm(
-        x, w, out, groups, sh, sw, dh, dw, pt, pl, epilogue
-    )
+@overload(takes_panels, jit_options=_OPTS, inline="always")
+def _takes_panels_impl(x, ow):  # type: ignore[no-untyped-def]
+    if isinstance(x, nt.Array) and x.dtype == nt.float32:
+        return lambda x, ow: panels_pay(ow)
+    return lambda x, ow: False
