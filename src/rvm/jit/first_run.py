@@ -154,7 +154,10 @@ def _call_tasks(call: E.Call) -> tuple[str, ...]:
     if callee is ops.conv2d_winograd:
         from rvm.kernels import winograd
 
-        return winograd.FIRST_RUN_TASKS if _shape(call.args[0], 4) else ()
+        if not _shape(call.args[0], 4):
+            return ()
+        bf16 = attrs.get("precision") == "bf16"
+        return winograd.FIRST_RUN_TASKS_BF16 if bf16 else winograd.FIRST_RUN_TASKS
     if callee is ops.dense_packed:
         from rvm.kernels import packed
 

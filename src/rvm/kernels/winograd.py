@@ -68,6 +68,7 @@ from rvm.kernels.winotiles import input_tiles, output_tiles
 
 __all__ = [
     "FIRST_RUN_TASKS",
+    "FIRST_RUN_TASKS_BF16",
     "POSITIONS",
     "block_rows",
     "conv2d",
@@ -88,7 +89,9 @@ L2_FLOATS = cpu().l2 // 4
 most (`block_rows`)."""
 _PAIRS = 128  # (output, input) channel pairs a block of the weight's transform (`_weights`)
 FIRST_RUN_TASKS = ("conv2d_winograd", "winograd_blocks", *sgemm.TASKS)
-"""The library tasks (`rvm.kernels.parfor`) a convolution by this method runs."""
+"""The library tasks (`rvm.kernels.parfor`) a float32 convolution by this method runs."""
+FIRST_RUN_TASKS_BF16 = ("conv2d_winograd", "winograd_blocks_bf16")
+"""Those of one on a weight transformed into bf16 pairs (`conv2d_transformed_bf16`)."""
 
 
 @jit(**_OPTS)
@@ -272,21 +275,23 @@ def _output(m, positions, out, n_, o0, o1, ty0, ty1, tw, epilogue, like):  # typ
 _JOB = 28
 _APART = 22
 _DONE = 25
-_BF16 = 27  # 1: U holds bf16 pairs (`transform_bf16`), the GEMMs run on bf16 (`_products`)
+_BF16 = 27  # 1: U holds bf16 pairs (`transform_bf16`), the GEMMs run on bf16 (`_products_bf16`)
 
 
 @jit(**_OPTS)
-def _products(at_u, at_v, at_m, xi0, xi1, o0, oc, o, c, tiles, bf16):  # type: ignore[no-untyped-def]  # noqa: E501
+def _products(at_u, at_v, at_m, xi0, xi1, o0, oc, o, c, tiles):  # type: ignore[no-untyped-def]
     """The GEMMs of positions ``xi0`` to ``xi1``: ``M[xi] = U[xi] @ V[xi]`` for output channels
     ``o0`` to ``o0 + oc`` (M's rows), V (16, c, tiles) at ``at_v`` and M (16, oc, tiles) at
-    ``at_m``, float32, by `rvm.kernels.sgemm` on U (16, o, c); with ``bf16``, V in bf16 pair
-    rows ((16, c2, tiles) words, `_input_pairs`) by `rvm.kernels.bf16gemm.walk` on U (16, o,
-    c2) of bf16 pairs (`transform_bf16`)."""
-    if bf16 == 0:
-        for xi in range(xi0, xi1):
-            sgemm.sgemm(at_u + 4 * (xi * o + o0) * c, c, at_v + 4 * xi * c * tiles, tiles,
-                        at_m + 4 * xi * oc * tiles, tiles, oc, tiles, c, 0)  # fmt: skip
-        return
+    ``at_m``, float32, by `rvm.kernels.sgemm` on U (16, o, c)."""
+    for xi in range(xi0, xi1):
+        sgemm.sgemm(at_u + 4 * (xi * o + o0) * c, c, at_v + 4 * xi * c * tiles, tiles,
+                    at_m + 4 * xi * oc * tiles, tiles, oc, tiles, c, 0)  # fmt: skip
+
+
+@jit(**_OPTS)
+def _products_bf16(at_u, at_v, at_m, xi0, xi1, o0, oc, o, c, tiles):  # type: ignore[no-untyped-def]  # noqa: E501
+    """`_products` in bf16: V in bf16 pair rows ((16, c2, tiles) words, `_input`) by
+    `rvm.kernels.bf16gemm.walk` on U (16, o, c2) of bf16 pairs (`transform_bf16`)."""
     c2 = (c + 1) // 2
     for xi in range(xi0, xi1):
         a, b = at_u + 4 * (xi * o + o0) * c2, at_v + 4 * xi * c2 * tiles
@@ -295,10 +300,20 @@ def _products(at_u, at_v, at_m, xi0, xi1, o0, oc, o, c, tiles, bf16):  # type: i
 
 
 def _blocks_task(piece, like, data):  # type: ignore[no-untyped-def]
+    _blocks(piece, like, data, _products)
+
+
+def _blocks_bf16_task(piece, like, data):  # type: ignore[no-untyped-def]
+    _blocks(piece, like, data, _products_bf16)
+
+
+@jit(**_OPTS, inline="always")
+def _blocks(piece, like, data, products):  # type: ignore[no-untyped-def]
     """Piece ``piece`` of a call (`conv2d`): a range of the weight's kernels transformed
     (phase 1); or one block of rows of tiles of one image, for one range of output channels:
-    its input transformed, its 16 GEMMs, its output transformed; or, where the phases are cut
-    apart (`cut`), a piece of one of them (`_apart`)."""
+    its input transformed, its 16 GEMMs (``products``: `_products`, or `_products_bf16` in
+    the bf16 task, so a float32 model builds no bf16 GEMM), its output transformed; or, where
+    the phases are cut apart (`cut`), a piece of one of them (`_apart`)."""
     j = parfor.job(data)
     if j[20] > 0:
         pairs = j[8] * j[5]
@@ -307,7 +322,7 @@ def _blocks_task(piece, like, data):  # type: ignore[no-untyped-def]
         _weights(wf, parfor.array_at(j[2], (POSITIONS * pairs,), like), pairs, lo, hi)
         return
     if j[_APART] > 0:
-        _apart(piece, j, like)
+        _apart(piece, j, like, products)
         return
     n, c, ih, iw, o, oh, ow = j[4], j[5], j[6], j[7], j[8], j[9], j[10]
     pt, pl, per, blocks, parts = j[11], j[12], j[13], j[14], j[15]
@@ -325,7 +340,7 @@ def _blocks_task(piece, like, data):  # type: ignore[no-untyped-def]
     m = kept(POSITIONS * oc * per * tw, x.dtype)
     at_v, at_m = parfor.address(v), parfor.address(m)
     _input(x, n_, pt, pl, ty0, ty1, tw, at_v, 4 * (c2 if bf16 else c) * tiles, 0, c, bf16)
-    _products(j[2], at_v, at_m, 0, POSITIONS, o0, oc, o, c, tiles, bf16)
+    products(j[2], at_v, at_m, 0, POSITIONS, o0, oc, o, c, tiles)
     alive(v)  # read by the GEMMs through its address: not freed before
     _output(m, oc * tiles, out, n_, o0, o1, ty0, ty1, tw, (j[16], j[17], j[18], j[19]), like)
 
@@ -342,7 +357,7 @@ def _unit(j, phase, units, index):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS, inline="always")
-def _apart(piece, j, like):  # type: ignore[no-untyped-def]
+def _apart(piece, j, like, products):  # type: ignore[no-untyped-def]
     """Piece ``piece`` of a call whose phases are cut apart (`cut`), each image's whole: the
     first ``n`` times ``j[22]`` a range of an image's input channels transformed, the next
     ``n`` times ``j[14]`` a range of an image's positions' GEMMs (once the input's pieces are
@@ -375,7 +390,7 @@ def _apart(piece, j, like):  # type: ignore[no-untyped-def]
         xi0, xi1 = parfor.piece_range(r, spans, POSITIONS, 1)
         at_v = parfor.address(v) + 4 * n_ * image_v
         at_m = parfor.address(m) + 4 * n_ * image_m
-        _products(j[2], at_v, at_m, xi0, xi1, 0, o, o, c, tiles, j[_BF16])
+        products(j[2], at_v, at_m, xi0, xi1, 0, o, o, c, tiles)
         workpool.add_at(done + 8, 1)
         return
     workpool.wait_until(done + 8, gemms)
@@ -388,7 +403,9 @@ def _apart(piece, j, like):  # type: ignore[no-untyped-def]
 
 
 parfor.export_task("winograd_blocks", _blocks_task)
+parfor.export_task("winograd_blocks_bf16", _blocks_bf16_task)
 _run = parfor.runner("winograd_blocks")
+_run_bf16 = parfor.runner("winograd_blocks_bf16")
 
 
 @jit(**_OPTS)
@@ -455,7 +472,10 @@ def transformed_at(x, at_u, out, pt, pl, epilogue, bf16):  # type: ignore[no-unt
     job[_DONE], job[_DONE + 1] = 0, 0
     job[_BF16] = bf16
     pieces = n * (ranges + blocks + parts) if ranges else n * blocks * parts
-    _run(x, pieces, job)
+    if bf16:  # two tasks: a float32 model builds no bf16 GEMM (`_blocks`)
+        _run_bf16(x, pieces, job)
+    else:
+        _run(x, pieces, job)
     alive(v)  # read by the pieces through their addresses: not freed before
     alive(m)
 
