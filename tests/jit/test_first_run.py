@@ -66,13 +66,13 @@ def _child(caches: Path, *sizes: int) -> dict:
 def test_a_pool_task_is_built_when_a_loop_first_splits(tmp_path: Path) -> None:
     """Importing the GEMM builds no task; a product of two rows builds the row loop's task
     alone (no GEMM); a GEMM builds its dtype's task at its first run (the product's code,
-    split on the pool or not) and the task of the path its pieces take (`sgemm.GEMM_TASKS`:
+    split on the pool or not) and the task of the path its pieces take (`sgemm.gemm_tasks`:
     not the other path's), in a process that compiled the kernel and in one that loaded it
     from the cache (whose object code links without the tasks): the kernel caches are the
     test's own, the library's the suite's (`_child`)."""
     from rvm.kernels import sgemm
 
-    gemm = sorted([["gemm", "float32"]] + [[t, "float32"] for t in sgemm.GEMM_TASKS])
+    gemm = sorted([["gemm", "float32"]] + [[t, "float32"] for t in sgemm.gemm_tasks(512)])
     rows = [["rows_axpy", "float32"]]
     caches = tmp_path / "caches"
     first = _child(caches, 2, 512)
@@ -329,7 +329,8 @@ def test_a_product_builds_the_tasks_its_method_says(tmp_path: Path) -> None:
 
 def test_a_compile_lists_a_products_tasks() -> None:
     """A float32 matmul whose rows are known at run time only (a batch) lists the tasks of
-    one row and of many (`blas.first_run_tasks`), a row's first; a dense layer's B is
+    one row and of a small batch (`blas.BATCH_GUESS` rows), after the other path of rvm's GEMM
+    (`blas.first_run_tasks`: helpers reach it last); a dense layer's B is
     transposed (BLAS's GEMM, no path of rvm's); a float64 product lists none."""
     from jit_helpers import var
 
@@ -347,7 +348,9 @@ def test_a_compile_lists_a_products_tasks() -> None:
         z = b.emit(op.dense(y, wd))
         b.emit_output(b.emit(Tuple([z, b.emit(op.matmul(xd, wf))])))
     row = blas.METHOD_TASKS[blas.method.py_func(1, 784, 128, False, True)]  # by the L2's size
-    want = list(dict.fromkeys((*row, "gemm", *sgemm.GEMM_TASKS, "gemv")))
+    likely = sgemm.gemm_tasks(blas.BATCH_GUESS)
+    other = tuple(t for t in sgemm.TASKS if t not in likely)  # of a band, or of more rows
+    want = list(dict.fromkeys((*other, *row, "gemm", *likely, "gemv")))
     assert [t for t, _ in library_tasks(run_pipeline(b.get()))] == want
 
 

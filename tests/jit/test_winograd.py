@@ -261,6 +261,24 @@ def _entry(x, u4, out, params):  # type: ignore[no-untyped-def]
     return conv.conv2d_winograd_call((x, u4, out, out, out), params)
 
 
+@pytest.mark.parametrize("o, c", [(1, 1), (3, 130), (64, 64)])
+def test_transform_gives_the_calls_bits(o: int, c: int) -> None:
+    """The build-time transform (NumPy) and the one a call runs on its weight (jitted,
+    `_weights`) are one arithmetic (`winograd.kernel_transform`): the same bits, also across
+    a block of `_PAIRS` kernels and for values far apart in size."""
+    rng = np.random.default_rng(o * 1000 + c)
+    w = (rng.standard_normal((o, c, 3, 3)) * 10.0 ** rng.integers(-20, 20, (o, c, 3, 3)))
+    w = w.astype(np.float32)
+    u = winograd.transform(w)
+    assert u.dtype == np.float32 and u.shape == (16, o, c)
+    per_call = np.full(16 * o * c, np.nan, dtype=np.float32)
+    winograd._weights(w.reshape(-1), per_call, o * c, 0, o * c)
+    np.testing.assert_array_equal(u.reshape(-1), per_call)
+    g = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+    want = np.einsum("ia,ocab,jb->ijoc", g, w.astype(np.float64), g).reshape(16, o, c)
+    np.testing.assert_allclose(u, want, rtol=1e-5, atol=1e-30 + 1e-6 * np.abs(want).max())
+
+
 def test_pack_transforms_winograd_weights(blas_threads) -> None:
     """The build-time pass transforms the constant weight of a convolution Winograd's rule
     takes, once (`rvm.op.conv2d_winograd`; not packed for the direct method, which its rule
@@ -275,7 +293,7 @@ def test_pack_transforms_winograd_weights(blas_threads) -> None:
     assert "conv2d_packed" not in str(packed)
     calls = [b.value for b in packed["main"].body.bindings if isinstance(b.value, E.Call)]
     (taken,) = [v for v in calls if v.callee.name == "conv2d_winograd"]
-    frozen = w.copy()  # read-only, as the pass's constant: one build of `transform`
+    frozen = w.copy()  # read-only, as the pass's constant
     frozen.flags.writeable = False
     u = winograd.transform(frozen)
     np.testing.assert_array_equal(taken.args[1].data, u)

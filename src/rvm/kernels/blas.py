@@ -67,7 +67,7 @@ __all__ = [
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
-FIRST_RUN_TASKS = ("gemv", "gemv_row", "gemm", *sgemm.GEMM_TASKS)
+FIRST_RUN_TASKS = ("gemv", "gemv_row", "gemm", *sgemm.TASKS)
 """The tasks a float32 matmul of shapes unknown at compile time may take on its first runs
 (`rvm.kernels.parfor`): every method's of one row and of many (`first_run_tasks`)."""
 
@@ -80,11 +80,12 @@ METHOD_TASKS = (
     ("gemv_row",),
     ("gemv",),
     ("rows_axpy",),
-    ("gemm", *sgemm.GEMM_TASKS),
+    ("gemm",),
 )
 """The library tasks (`rvm.kernels.parfor`) a float32 `matmul` by each method runs: a GEMV's,
-rvm's own row kernel's, the row loop's, the GEMM's and the path of rvm's GEMM a product of
-more than `sgemm.MR` rows takes (`sgemm.GEMM_TASKS`; B transposed: BLAS's, no path)."""
+rvm's own row kernel's, the row loop's, the GEMM's (and, B as it is, the task of the path of
+rvm's GEMM its rows take: `sgemm.gemm_tasks`, added by `first_run_tasks`; B transposed:
+BLAS's, no path)."""
 
 # A product is split only when each piece keeps at least this many multiply-adds (m * n * k):
 # a piece of 1 << 20 took 20-40 us on a Zen 4 core (16 lanes), a helper's wake-up a few. A rule
@@ -427,6 +428,9 @@ def _gemv(trans, a, lda, rows, cols, x, ix, y, iy):  # type: ignore[no-untyped-d
 # thread, 784 x 128 float32 B: GEMM 26-56 us for 1-3 rows, one GEMV per row 6-27 us, the
 # row loop 7-22 us; from 4 rows GEMM is within 20% of the loop and threads help it).
 SMALL_ROWS = 4
+# The rows a product of rows known only at run time (a batch) is guessed to take on its first
+# runs after a row (`first_run_tasks`): a small batch, the quickstart's and the benchmarks'.
+BATCH_GUESS = 8
 
 
 @jit(nogil=True, cache=True, fastmath={"contract", "reassoc", "nsz"})
@@ -560,13 +564,21 @@ matmul_call = entry.caller("matmul", 1)
 def first_run_tasks(m: int | None, k: int, n: int, b_t: bool) -> tuple[str, ...]:
     """The library tasks a float32 `matmul` of this shape runs (`method`, `METHOD_TASKS`):
     what its first run builds, worth building beforehand (`rvm.kernels.parfor.prefetch`).
-    ``m`` None (rows known only at run time, a batch): a row's and a GEMM's, one row first
-    (a batch of one and a larger one)."""
+    ``m`` None (rows known only at run time, a batch): a row's and those of a batch of
+    `BATCH_GUESS` rows, after the path of rvm's GEMM other batches take (`sgemm.gemm_tasks`):
+    what a run may never take comes first, as the background helpers, building from the far
+    end of the list, reach it last, and this process takes only what it runs
+    (`rvm.kernels.parfor.prefetch`). (A batch of a band of rows or less reads B in place, of
+    more packs it: with the packed path guessed, the quickstart's batch of 8 waited 2.3 s
+    for the band's path on an AVX-512 machine, where a helper built the other first.)"""
     if m is None:
-        many = max(SMALL_ROWS, sgemm.MR + 1)
-        both = first_run_tasks(1, k, n, b_t) + first_run_tasks(many, k, n, b_t)
-        return tuple(dict.fromkeys(both))
+        likely = first_run_tasks(1, k, n, b_t) + first_run_tasks(BATCH_GUESS, k, n, b_t)
+        band, more = max(SMALL_ROWS, sgemm.MR), max(SMALL_ROWS, sgemm.MR + 1)
+        both = first_run_tasks(band, k, n, b_t) + first_run_tasks(more, k, n, b_t)
+        return tuple(dict.fromkeys((*(t for t in both if t not in likely), *likely)))
     if m * k * n == 0:
         return ()
     how = method.py_func(m, k, n, b_t, True)
-    return ("gemm",) if how == GEMM and b_t else METHOD_TASKS[how]
+    if how == GEMM and not b_t:
+        return (*METHOD_TASKS[how], *sgemm.gemm_tasks(m))
+    return METHOD_TASKS[how]

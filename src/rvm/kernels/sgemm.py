@@ -102,7 +102,6 @@ from rvm.kernels.microkernel import (
 __all__ = [  # with the shape of its tiles and blocks its callers reason about (`gemmshape`)
     "BLOCK_BYTES",
     "FUSED_EPILOGUE",
-    "GEMM_TASKS",
     "IN_PLACE_ROWS",
     "KC",
     "LANES",
@@ -117,11 +116,13 @@ __all__ = [  # with the shape of its tiles and blocks its callers reason about (
     "bands_on_packed",
     "column_step",
     "fuses",
+    "gemm_tasks",
     "has_epilogue",
     "moved",
     "one_block",
     "pack_whole",
     "packs",
+    "packed_path",
     "packs_in_place",
     "require",
     "sgemm",
@@ -270,9 +271,6 @@ _call_block = parfor.caller("sgemm_block", "float32")
 TASKS = ("sgemm_block", "sgemm_packed") if PACK_B else ("sgemm_block",)
 """The tasks of `sgemm_segments`' paths (`rvm.kernels.parfor`), each built when a product
 first takes it: B in place, and packed (`packs`) where `PACK_B` holds."""
-GEMM_TASKS = ("sgemm_packed",) if PACK_B else ("sgemm_block",)
-"""The task a plain GEMM of more than `MR` rows takes (`packs`): what a matmul's first run
-likely builds (`rvm.kernels.blas.METHOD_TASKS`)."""
 
 
 @intrinsic
@@ -349,11 +347,28 @@ def packs(segments, width, c_step, wrap):  # type: ignore[no-untyped-def]
     return PACK_B and wrap == 0 and (segments == 1 or c_step == width)
 
 
+def packed_path(packs_b, m, applies_epilogue):  # type: ignore[no-untyped-def]
+    """Whether `sgemm_segments` takes its packed path (`sgemm_packed`) on a product of ``m``
+    rows whose B packs (``packs_b``: `packs`): more than a band of rows or an epilogue to
+    apply (``applies_epilogue``). In jitted code (`takes_packed`) and in Python
+    (`gemm_tasks`)."""
+    return packs_b and (m > MR or applies_epilogue)
+
+
+_packed_path = jit(**_OPTS, inline="always")(packed_path)
+
+
 @jit(**_OPTS, inline="always")
 def takes_packed(m, segments, width, c_step, wrap, epilogue):  # type: ignore[no-untyped-def]
-    """Whether `sgemm_segments` takes its packed path (`sgemm_packed`) on a product of ``m``
-    rows: B packs (`packs`) and there is more than a band of rows or an epilogue to apply."""
-    return packs(segments, width, c_step, wrap) and (m > MR or has_epilogue(epilogue))
+    """Whether `sgemm_segments` takes its packed path on a product of ``m`` rows
+    (`packed_path`)."""
+    return _packed_path(packs(segments, width, c_step, wrap), m, has_epilogue(epilogue))
+
+
+def gemm_tasks(m: int) -> tuple[str, ...]:
+    """The task of the path a plain GEMM of ``m`` rows takes (one run of B by its stride, no
+    epilogue: `packed_path`): what its first run builds (`rvm.kernels.blas.first_run_tasks`)."""
+    return ("sgemm_packed",) if packed_path(PACK_B, m, False) else ("sgemm_block",)
 
 
 @jit(**_OPTS, inline="always")

@@ -75,6 +75,7 @@ __all__ = [
     "conv2d_transformed",
     "conv2d_transformed_bf16",
     "cut",
+    "kernel_transform",
     "transform",
     "transform_bf16",
     "transformed_at",
@@ -180,42 +181,45 @@ def cut(c, o, n, tw, th, threads, words):  # type: ignore[no-untyped-def]
     return th, min(POSITIONS, each), min(o, each), max(1, min(each, c // sgemm.LANES))
 
 
-@jit(**_OPTS, inline="always")
-def _g_row(tmp, at, b, k, x0, x1, x2):  # type: ignore[no-untyped-def]
-    """Row ``k`` of ``G g`` (``x0``, ``x1``, ``x2``) times G^T: positions ``4 k`` to ``4 k + 3``
-    of the pair at ``at``, positions ``b`` floats apart in ``tmp``."""
+def kernel_transform(g0, g1, g2, g3, g4, g5, g6, g7, g8):  # type: ignore[no-untyped-def]
+    """The 16 positions of ``G g G^T`` (row-major: position ``4 k + j``) of the 3x3 kernel
+    ``g`` (row-major, float32): G = [[1, 0, 0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]].
+    On scalars in jitted code (`_weights`), on arrays of many kernels' values in NumPy
+    (`transform`): the same float32 operations in the same order, so both give the same bits."""
     h = np.float32(0.5)
-    at += U(4 * k) * b
-    tmp[at] = x0
-    tmp[at + b] = h * (x0 + x1 + x2)
-    tmp[at + U(2) * b] = h * (x0 - x1 + x2)
-    tmp[at + U(3) * b] = x2
+    # The rows of G g: g's first, half the sum, half the alternating sum, its last; each row's
+    # columns by G^T alike.
+    a0, a1, a2 = h * (g0 + g3 + g6), h * (g1 + g4 + g7), h * (g2 + g5 + g8)
+    b0, b1, b2 = h * (g0 - g3 + g6), h * (g1 - g4 + g7), h * (g2 - g5 + g8)
+    return (
+        g0, h * (g0 + g1 + g2), h * (g0 - g1 + g2), g2,
+        a0, h * (a0 + a1 + a2), h * (a0 - a1 + a2), a2,
+        b0, h * (b0 + b1 + b2), h * (b0 - b1 + b2), b2,
+        g6, h * (g6 + g7 + g8), h * (g6 - g7 + g8), g8,
+    )  # fmt: skip
+
+
+_kernel_transform = jit(**_OPTS, inline="always")(kernel_transform)
 
 
 @jit(**_OPTS)
 def _weights(wf, uf, pairs, lo, hi):  # type: ignore[no-untyped-def]
     """``uf`` (16 ``pairs`` floats: (16, o, c)) = ``G g G^T`` of each 3x3 kernel ``g`` of
-    ``wf`` (``pairs`` = o c kernels of 9 floats), kernels ``lo`` to ``hi``:
-    G = [[1, 0, 0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]]."""
-    s, h = U(pairs), np.float32(0.5)
+    ``wf`` (``pairs`` = o c kernels of 9 floats), kernels ``lo`` to ``hi``
+    (`kernel_transform`)."""
+    s = U(pairs)
     # Through a block of pairs a position in L1, then a run a position: stored straight, the
     # 16 positions' streams (o c floats apart: a multiple of 4 KB) share one set of L1 ways.
     tmp = np.empty(POSITIONS * _PAIRS, dtype=np.float32)
     for q0 in range(lo, hi, _PAIRS):
         block = min(_PAIRS, hi - q0)
         for i in range(block):
-            g, at, b = U(9 * (q0 + i)), U(i), U(_PAIRS)
-            g0, g1, g2 = wf[g], wf[g + U(1)], wf[g + U(2)]
-            g3, g4, g5 = wf[g + U(3)], wf[g + U(4)], wf[g + U(5)]
-            g6, g7, g8 = wf[g + U(6)], wf[g + U(7)], wf[g + U(8)]
-            # The rows of G g: g's first, half the sum, half the alternating sum, its last.
-            a0, a1, a2 = h * (g0 + g3 + g6), h * (g1 + g4 + g7), h * (g2 + g5 + g8)
-            b0, b1, b2 = h * (g0 - g3 + g6), h * (g1 - g4 + g7), h * (g2 - g5 + g8)
-            # Each row's columns by G^T alike: positions 4 k to 4 k + 3.
-            _g_row(tmp, at, b, 0, g0, g1, g2)
-            _g_row(tmp, at, b, 1, a0, a1, a2)
-            _g_row(tmp, at, b, 2, b0, b1, b2)
-            _g_row(tmp, at, b, 3, g6, g7, g8)
+            g = U(9 * (q0 + i))
+            t = _kernel_transform(wf[g], wf[g + U(1)], wf[g + U(2)], wf[g + U(3)],
+                                  wf[g + U(4)], wf[g + U(5)], wf[g + U(6)], wf[g + U(7)],
+                                  wf[g + U(8)])  # fmt: skip
+            for xi in range(POSITIONS):
+                tmp[U(xi * _PAIRS + i)] = t[xi]
         for xi in range(POSITIONS):
             dst, src = U(xi) * s + U(q0), U(xi * _PAIRS)
             for i in range(block):
@@ -480,16 +484,14 @@ def transformed_at(x, at_u, out, pt, pl, epilogue, bf16):  # type: ignore[no-unt
     alive(m)
 
 
-@jit(**_OPTS)
-def transform(w):  # type: ignore[no-untyped-def]
-    """The transformed weight ``U`` (16, o, c) of the float32 OIHW 3x3 weight ``w``, in this
-    thread: what `conv2d` computes at the call, and the build-time pass once for a constant
-    weight (`rvm.op.conv.pack_conv2d`)."""
+def transform(w: np.ndarray) -> np.ndarray:
+    """The transformed weight ``U`` (16, o, c) of the OIHW 3x3 weight ``w``, float32, in
+    NumPy: the build-time pass's, once for a constant weight (`rvm.op.conv.pack_conv2d`),
+    nothing to compile; a call on a weight known only then transforms it on the pool
+    (`_weights`), with the same bits (`kernel_transform`)."""
     o, c = w.shape[0], w.shape[1]
-    u = np.empty((POSITIONS, o, c), dtype=w.dtype)
-    wf = np.ascontiguousarray(w).reshape(w.size)
-    _weights(wf, u.reshape(u.size), o * c, 0, o * c)
-    return u
+    g = np.ascontiguousarray(w, dtype=np.float32).reshape(o, c, 9)
+    return np.stack(kernel_transform(*(g[:, :, k] for k in range(9))))
 
 
 def transform_bf16(w: np.ndarray) -> np.ndarray:
