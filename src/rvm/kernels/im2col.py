@@ -172,7 +172,9 @@ def tap_table(cg, size, starts):  # type: ignore[no-untyped-def]
     return table
 
 
-@jit(**_OPTS)
+# Its one caller in the library is its task (`rvm.kernels.conv`'s ``conv2d_im2col_panels``):
+# inlined there, built and optimized once, not again as a library of its own.
+@jit(**_OPTS, inline="always")
 def im2col_panels(x, w, out, groups, sh, sw, dh, dw, pt, pl, epilogue):  # type: ignore[no-untyped-def]  # noqa: E501
     """The im2col convolution where the GEMM packs B into panels (`sgemm.packs`), with no
     column matrix: each image's input split into its zero-padded stride phases once, group
