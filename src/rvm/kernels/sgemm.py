@@ -254,14 +254,12 @@ def _block_task(p, like, data):  # type: ignore[no-untyped-def]
     a, lda, b, ldb, table, c, ldc, m, k = j[1], j[2], j[3], j[4], j[5], j[6], j[7], j[8], j[9]
     segments, width, b_step, c_step, accumulate = j[10], j[11], j[12], j[13], j[14]
     wrap, cols, phase, step = j[15], j[16], j[17], j[18]
-    if segments == 1:
-        for j0 in range(0, width, step):
-            at_c, col0 = wrapped(c, j0, wrap, cols, phase)
-            _block(a, lda, b + 4 * j0, ldb, table, at_c, ldc, m, k, 1, min(step, width - j0),
-                   0, 0, accumulate, wrap, cols, col0)  # fmt: skip
-        return
-    _block(a, lda, b, ldb, table, c, ldc, m, k, segments, width, b_step, c_step, accumulate,
-           0, 0, 0)  # fmt: skip
+    one = segments == 1  # `_block` at one place: inlined once
+    for j0 in range(0, width if one else 1, step if one else 1):
+        at_c, col0 = wrapped(c, j0, wrap, cols, phase) if one else (c, 0)
+        n = min(step, width - j0) if one else width
+        _block(a, lda, b + 4 * j0, ldb, table, at_c, ldc, m, k, segments, n, b_step, c_step,
+               accumulate, wrap if one else 0, cols if one else 0, col0)  # fmt: skip
 
 
 parfor.export_task("sgemm_packed", _packed_task)
@@ -528,7 +526,9 @@ def bands_on_packed(a, lda, packed, c, ldc, m, k, width, run, epilogue):  # type
                              run == width)  # fmt: skip
 
 
-@jit(**_OPTS)
+# Its one caller is its task (`_block_task`): inlined there, built and optimized once, not
+# again as a library of its own.
+@jit(**_OPTS, inline="always")
 def _block(a, lda, b, ldb, table, c, ldc, m, k, segments, width, b_step, c_step, accumulate,
            wrap, cols, phase):  # type: ignore[no-untyped-def]  # fmt: skip
     """`sgemm_segments` on one block of C's columns: each depth block, each band of A across
