@@ -145,7 +145,7 @@ def wrapped(c, j, wrap, cols, phase):  # type: ignore[no-untyped-def]
     return c + 4 * ((q // wrap) * cols + q % wrap - phase), q % wrap
 
 
-@jit(**_OPTS)
+@jit(**_OPTS, inline="always")  # in its two callers' tasks (`_block`, `rvm.kernels.packed`)
 def band_tiles(kc, a, lda, b, rows_b, indexed, c, ldc, add, rows, width, wrap, cols, phase):  # type: ignore[no-untyped-def]  # noqa: E501
     """A's band of ``rows`` times B's first ``width`` columns, tile after tile along C's rows
     (``wrap``, ``cols``, ``phase``: see `sgemm_segments`)."""
