@@ -267,7 +267,7 @@ def test_transform_gives_the_calls_bits(o: int, c: int) -> None:
     `_weights`) are one arithmetic (`winograd.kernel_transform`): the same bits, also across
     a block of `_PAIRS` kernels and for values far apart in size."""
     rng = np.random.default_rng(o * 1000 + c)
-    w = (rng.standard_normal((o, c, 3, 3)) * 10.0 ** rng.integers(-20, 20, (o, c, 3, 3)))
+    w = rng.standard_normal((o, c, 3, 3)) * 10.0 ** rng.integers(-20, 20, (o, c, 3, 3))
     w = w.astype(np.float32)
     u = winograd.transform(w)
     assert u.dtype == np.float32 and u.shape == (16, o, c)
