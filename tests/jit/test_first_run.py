@@ -354,6 +354,36 @@ def test_a_compile_lists_a_products_tasks() -> None:
     assert [t for t, _ in library_tasks(run_pipeline(b.get()))] == want
 
 
+def test_a_compile_lists_a_transformers_tasks_at_a_length_known_at_run_time() -> None:
+    """A product by a constant weight (packed: `packed_dense`) and attention over a sequence
+    whose length is known at run time only list their tasks (attention's: its own, the GEMM's
+    and both of its paths, `rvm.kernels.attention.FIRST_RUN_TASKS`): a transformer's first
+    run builds them in a helper while its kernels compile, not one after the other in its
+    first call (`examples/generate.py`: 35-36 s -> 24.4 s on a Zen 4)."""
+    import numpy as np
+    from jit_helpers import var
+
+    from rvm import op
+    from rvm.codegen.compile import _with_precision
+    from rvm.ir import Builder, Constant, Tuple
+    from rvm.jit.first_run import library_tasks
+    from rvm.kernels import attention, packed
+    from rvm.transform.pipeline import default_passes, run_pipeline
+
+    x = var("x", (1, "s", 64))
+    q, k, v = var("q", (1, 4, "s", 16)), var("k", (1, 4, "t", 16)), var("v", (1, 4, "t", 16))
+    mask = var("mask", (1, 1, "s", "t"))
+    w = Constant(np.random.default_rng(0).standard_normal((32, 64)).astype("float32"))
+    b = Builder()
+    with b.function("main", [x, q, k, v, mask]):
+        y = b.emit(op.dense(x, w))
+        b.emit_output(b.emit(Tuple([y, b.emit(op.attention(q, k, v, mask, 0.25))])))
+    passes = _with_precision(default_passes(), "fp32", "jit")  # rvm.compile's, jit kernels
+    tasks = [t for t, _ in library_tasks(run_pipeline(b.get(), passes))]
+    assert set(packed.FIRST_RUN_TASKS) <= set(tasks), tasks
+    assert set(attention.FIRST_RUN_TASKS) <= set(tasks), tasks
+
+
 def test_a_compile_lists_an_integer_products_task() -> None:
     """An integer convolution and dense layer list the task their products run
     (`rvm.kernels.qgemm`'s ``qgemm``, or ``qgemm_wide`` for int16 weight rows; a small

@@ -158,14 +158,23 @@ def _call_tasks(call: E.Call) -> tuple[str, ...]:
             return ()
         bf16 = attrs.get("precision") == "bf16"
         return winograd.FIRST_RUN_TASKS_BF16 if bf16 else winograd.FIRST_RUN_TASKS
+    # A packed product and attention run their task at any size: rows (a sequence's, a
+    # batch's) known at run time only are listed too (a transformer's first run).
     if callee is ops.dense_packed:
         from rvm.kernels import packed
 
-        return packed.FIRST_RUN_TASKS if _shape(call.args[0], None) else ()
+        return packed.FIRST_RUN_TASKS if _dims(call.args[0]) is not None else ()
     if callee is ops.dense_packed_bf16:
         from rvm.kernels import bf16dense
 
-        return bf16dense.FIRST_RUN_TASKS if _shape(call.args[0], None) else ()
+        return bf16dense.FIRST_RUN_TASKS if _dims(call.args[0]) is not None else ()
+    if callee is ops.attention:
+        from rvm.kernels import attention
+
+        if _dims(call) is None:
+            return ()
+        bf16 = attrs.get("precision") == "bf16"
+        return attention.FIRST_RUN_TASKS_BF16 if bf16 else attention.FIRST_RUN_TASKS
     if callee in (ops.qconv2d, ops.qdense) and attrs.get("weight_layout") != "turned":
         from rvm.kernels import qgemm
 

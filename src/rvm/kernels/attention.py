@@ -42,7 +42,7 @@ from numba import types as nt
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
-from rvm.kernels import blas, parfor, workpool
+from rvm.kernels import blas, parfor, sgemm, workpool
 from rvm.kernels.bf16 import pack_rows, pair_rows, round_bits
 from rvm.kernels.bf16gemm import NR, panels, walk
 from rvm.kernels.bf16words import pair_words
@@ -53,7 +53,14 @@ from rvm.kernels.microkernel import floats_at
 from rvm.kernels.planes import copy
 from rvm.kernels.vectors import VectorIR
 
-__all__ = ["DEAD", "SCORE_BYTES", "attention", "attention_heads"]
+__all__ = [
+    "DEAD",
+    "FIRST_RUN_TASKS",
+    "FIRST_RUN_TASKS_BF16",
+    "SCORE_BYTES",
+    "attention",
+    "attention_heads",
+]
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 # No "reassoc": LLVM may not reorder a sum, so every compiled copy of a function (its own, one
@@ -438,6 +445,12 @@ def _bf16_task(p, like, data):  # type: ignore[no-untyped-def]
 
 parfor.export_task("attention", _task)
 parfor.export_task("attention_bf16", _bf16_task)
+FIRST_RUN_TASKS = ("attention", "gemm", *sgemm.TASKS)
+"""The library tasks (`rvm.kernels.parfor`) a float32 attention runs on its first calls: its
+own, and the GEMM's its products run (`blas.product`), each path of rvm's GEMM by the rows a
+piece takes (a generation's prompt and its steps of one query: `rvm.jit.first_run`)."""
+FIRST_RUN_TASKS_BF16 = ("attention_bf16",)
+"""Those of one with bf16 products: its own (the bf16 GEMM's walk is in it)."""
 _run, _run_bf16 = parfor.runner("attention"), parfor.runner("attention_bf16")
 _call, _call_bf16 = parfor.caller("attention"), parfor.caller("attention_bf16")
 
