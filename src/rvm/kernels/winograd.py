@@ -276,10 +276,9 @@ def _output(m, positions, out, n_, o0, o1, ty0, ty1, tw, epilogue, like):  # typ
 # the pieces done of each of the first two phases; then, where the phases are cut apart on
 # more than one thread, each phase's counters of `rvm.kernels.parfor.affine_unit`, one a
 # thread.
-_JOB = 28
+_JOB = 27
 _APART = 22
 _DONE = 25
-_BF16 = 27  # 1: U holds bf16 pairs (`transform_bf16`), the GEMMs run on bf16 (`_products_bf16`)
 
 
 @jit(**_OPTS)
@@ -304,20 +303,21 @@ def _products_bf16(at_u, at_v, at_m, xi0, xi1, o0, oc, o, c, tiles):  # type: ig
 
 
 def _blocks_task(piece, like, data):  # type: ignore[no-untyped-def]
-    _blocks(piece, like, data, _products)
+    _blocks(piece, like, data, _products, 0)
 
 
 def _blocks_bf16_task(piece, like, data):  # type: ignore[no-untyped-def]
-    _blocks(piece, like, data, _products_bf16)
+    _blocks(piece, like, data, _products_bf16, 1)
 
 
 @jit(**_OPTS, inline="always")
-def _blocks(piece, like, data, products):  # type: ignore[no-untyped-def]
+def _blocks(piece, like, data, products, bf16):  # type: ignore[no-untyped-def]
     """Piece ``piece`` of a call (`conv2d`): a range of the weight's kernels transformed
     (phase 1); or one block of rows of tiles of one image, for one range of output channels:
     its input transformed, its 16 GEMMs (``products``: `_products`, or `_products_bf16` in
-    the bf16 task, so a float32 model builds no bf16 GEMM), its output transformed; or, where
-    the phases are cut apart (`cut`), a piece of one of them (`_apart`)."""
+    the bf16 task, so a float32 model builds no bf16 GEMM; ``bf16`` 1 there: U holds bf16
+    pairs, `transform_bf16`, and V is written in pair words), its output transformed; or,
+    where the phases are cut apart (`cut`), a piece of one of them (`_apart`)."""
     j = parfor.job(data)
     if j[20] > 0:
         pairs = j[8] * j[5]
@@ -326,7 +326,7 @@ def _blocks(piece, like, data, products):  # type: ignore[no-untyped-def]
         _weights(wf, parfor.array_at(j[2], (POSITIONS * pairs,), like), pairs, lo, hi)
         return
     if j[_APART] > 0:
-        _apart(piece, j, like, products)
+        _apart(piece, j, like, products, bf16)
         return
     n, c, ih, iw, o, oh, ow = j[4], j[5], j[6], j[7], j[8], j[9], j[10]
     pt, pl, per, blocks, parts = j[11], j[12], j[13], j[14], j[15]
@@ -339,7 +339,7 @@ def _blocks(piece, like, data, products):  # type: ignore[no-untyped-def]
     ty0, ty1 = parfor.piece_range(b_, blocks, th, 1)  # even: at most ``per`` rows
     o0, o1 = parfor.piece_range(part, parts, o, sgemm.MR)
     oc, tiles = o1 - o0, (ty1 - ty0) * tw
-    bf16, c2 = j[_BF16], (c + 1) // 2
+    c2 = (c + 1) // 2
     v = kept(POSITIONS * (c2 if bf16 else c) * per * tw, x.dtype)  # bf16: pair words
     m = kept(POSITIONS * oc * per * tw, x.dtype)
     at_v, at_m = parfor.address(v), parfor.address(m)
@@ -361,7 +361,7 @@ def _unit(j, phase, units, index):  # type: ignore[no-untyped-def]
 
 
 @jit(**_OPTS, inline="always")
-def _apart(piece, j, like, products):  # type: ignore[no-untyped-def]
+def _apart(piece, j, like, products, bf16):  # type: ignore[no-untyped-def]
     """Piece ``piece`` of a call whose phases are cut apart (`cut`), each image's whole: the
     first ``n`` times ``j[22]`` a range of an image's input channels transformed, the next
     ``n`` times ``j[14]`` a range of an image's positions' GEMMs (once the input's pieces are
@@ -381,10 +381,10 @@ def _apart(piece, j, like, products):  # type: ignore[no-untyped-def]
         x = parfor.array_at(j[1], (n, c, ih, iw), like)
         u = _unit(j, 0, inputs, piece)
         n_, r = u // ranges, u % ranges
-        c0, c1 = parfor.piece_range(r, ranges, c, 1 + j[_BF16])  # bf16: whole pairs
-        plane = 4 * ((c + 1) // 2 if j[_BF16] else c) * tiles
+        c0, c1 = parfor.piece_range(r, ranges, c, 1 + bf16)  # bf16: whole pairs
+        plane = 4 * ((c + 1) // 2 if bf16 else c) * tiles
         at_v = parfor.address(v) + 4 * n_ * image_v
-        _input(x, n_, j[11], j[12], 0, th, tw, at_v, plane, c0, c1, j[_BF16])
+        _input(x, n_, j[11], j[12], 0, th, tw, at_v, plane, c0, c1, bf16)
         workpool.add_at(done, 1)
         return
     if piece < inputs + gemms:
@@ -474,9 +474,8 @@ def transformed_at(x, at_u, out, pt, pl, epilogue, bf16):  # type: ignore[no-unt
     job[20], job[21] = 0, 0
     job[_APART], job[_APART + 1], job[_APART + 2] = ranges, parfor.address(v), parfor.address(m)
     job[_DONE], job[_DONE + 1] = 0, 0
-    job[_BF16] = bf16
     pieces = n * (ranges + blocks + parts) if ranges else n * blocks * parts
-    if bf16:  # two tasks: a float32 model builds no bf16 GEMM (`_blocks`)
+    if bf16:  # two tasks, the precision theirs: a float32 model builds no bf16 GEMM (`_blocks`)
         _run_bf16(x, pieces, job)
     else:
         _run(x, pieces, job)
