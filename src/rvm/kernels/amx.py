@@ -38,8 +38,9 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rvm.kernels.blockout import BLOCK_OUT, POSITIONS, block_out
-from rvm.kernels.cpu import amx_tiles, cpu
+from rvm.kernels.cpu import amx_tiles
 from rvm.kernels.epilogue import tile, tile_rows
+from rvm.kernels.gemmshape import BLOCK_BYTES
 from rvm.kernels.jitting import alive, jit
 from rvm.kernels.microkernel import floats_at, ints_at
 from rvm.kernels.reference.bf16 import STEP_PAIRS
@@ -74,9 +75,10 @@ BLOCK_ROWS = 2 * TILE  # rows of C a `block` computes at most: two A tiles
 BLOCK_COLS = 2 * TILE  # columns of C a `block` computes at most: two B tiles
 _PACKED_ROW = 4 * BLOCK_COLS  # bytes of a pair row of packed B
 _STEP = 2 * TILE * 4 * TILE  # bytes of a step (16 pairs) of packed A or B: two tiles
-CHUNK_BYTES = cpu().l2 // 2
+CHUNK_BYTES = BLOCK_BYTES
 """Bytes of B's pair rows a walk keeps in L2 while bands of A run across them (a chunk of
-packed blocks), and of A's rows when blocks of B run across them: half of one core's L2."""
+packed blocks), and of A's rows when blocks of B run across them: half of one core's L2
+(`rvm.kernels.gemmshape.BLOCK_BYTES`)."""
 
 _OPTS = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 

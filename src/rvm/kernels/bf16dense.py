@@ -25,9 +25,10 @@ import numpy as np
 
 from rvm.kernels import amx, parfor, workpool
 from rvm.kernels.bf16 import pair_rows
-from rvm.kernels.bf16gemm import BLOCK_BYTES, MR, SPLIT_MIN, band
+from rvm.kernels.bf16gemm import MR, SPLIT_MIN, band
 from rvm.kernels.cblas import address
 from rvm.kernels.epilogue import tile as _epilogue
+from rvm.kernels.gemmshape import BLOCK_BYTES
 from rvm.kernels.jitting import jit
 from rvm.kernels.packed import ACTIVATIONS
 

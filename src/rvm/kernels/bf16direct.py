@@ -11,7 +11,6 @@ import numpy as np
 
 from rvm.kernels import amx, amxconv, parfor, workpool
 from rvm.kernels.bf16gemm import (
-    BLOCK_BYTES,
     MR,
     NR,
     PIECES_PER_THREAD,
@@ -22,7 +21,7 @@ from rvm.kernels.bf16gemm import (
 )
 from rvm.kernels.bf16planes import pad_pairs, pad_positions, plane_dims, read_rows, rows_to_pairs
 from rvm.kernels.epilogue import tile_rows
-from rvm.kernels.gemmshape import LINE
+from rvm.kernels.gemmshape import BLOCK_BYTES, LINE
 from rvm.kernels.jitting import alive, jit
 from rvm.kernels.microkernel import floats_at
 from rvm.kernels.planes import copy

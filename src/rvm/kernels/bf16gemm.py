@@ -41,7 +41,7 @@ from rvm.kernels.bf16words import DPBF16, LANES, BFloat, pair_bits, run_bits
 from rvm.kernels.blockout import block_out, whole_runs
 from rvm.kernels.cpu import target_features as _target_features
 from rvm.kernels.epilogue import tile_rows
-from rvm.kernels.gemmshape import LINE
+from rvm.kernels.gemmshape import BLOCK_BYTES, LINE
 from rvm.kernels.jitting import alive, jit
 from rvm.kernels.microkernel import ints_at, prefetch_l2
 from rvm.kernels.parfor import PIECES_PER_THREAD
@@ -90,7 +90,6 @@ def _shape(features: str) -> tuple[int, int, bool]:
 MR, VECTORS, _FMA = _shape(_target_features())
 NR = LANES * VECTORS
 KC2 = 256  # depth block in pairs (512 values, as sgemm's)
-BLOCK_BYTES = 1 << 19  # B's words for a block of C's columns at most (half of a 1 MB L2)
 SPLIT_MIN = 1 << 21  # multiply-adds (pairs) a piece keeps at least when a product is split
 CONV_SPLIT_MIN = SPLIT_MIN >> 2
 """Pairs a piece of a convolution keeps at least (about 10 us of one Zen 4 core): its pieces
