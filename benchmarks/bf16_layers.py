@@ -56,11 +56,16 @@ def image_shape(a: Any) -> tuple[int, ...]:
     wp)`` int32 words, channel pairs of a square image of size ``s`` padded by ``p`` for a
     stride-1 convolution, is ``hp = s + 2 p + 1`` rows (one more the kernel over-reads) of ``wp
     = s + p`` words (`rvm.kernels.bf16planes`: a row borrows the next one's left padding), so
-    ``s = 2 wp - hp + 1``."""
+    ``s = 2 wp - hp + 1``. A plane laid out as positions by channel pairs, ``(n, hp, wp, c2)``
+    (`rvm.op.bf16.LAYOUTS`: channels in 32s, what AMX's turned walk reads and writes), is told
+    apart by its shape: its rows and words 1 to 4 apart (``p + 1``) where a pair plane's are
+    not, its pairs a multiple of 16."""
     shape = tuple(getattr(a, "shape", ()))
     if getattr(a, "dtype", None) != np.int32 or len(shape) != 4:
         return shape
     n, c2, hp, wp = shape
+    if 1 <= c2 - hp <= 4 and not 1 <= hp - wp <= 4 and wp % 16 == 0:  # positions
+        n, hp, wp, c2 = shape
     return (n, 2 * c2, 2 * wp - hp + 1, 2 * wp - hp + 1)
 
 
