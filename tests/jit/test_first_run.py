@@ -236,10 +236,13 @@ def test_a_compile_lists_the_tasks_its_shapes_take() -> None:
     # The second 3x3 one is on the pooled 15 x 15 map.
     first = convmethod.first_run_tasks(8, 16, 1, 3, 3, 1, 1, 32, 32, 32, 32, False)
     second = convmethod.first_run_tasks(8, 16, 1, 3, 3, 1, 1, 15, 15, 15, 15, False)
+    # The ReLU after it: the library's pass (`rvm.kernels.epipass`) where its method leaves it.
+    how = convmethod.method.py_func(8, 16, 1, 3, 3, 1, 1, 1, 1, 32, 32, 32, 32, False, True)
+    leaves = not convmethod.fuses_epilogue.py_func(how, 8 * 9, (0, 0, 1, 0))
     want: list[tuple[str, str]] = []
     for task in (
         *first,
-        "conv_epilogue",  # the ReLU after it (`rvm.kernels.epipass`)
+        *(("conv_epilogue",) if leaves else ()),
         "pool2d_max_narrow",
         *convmethod.METHOD_TASKS[convmethod.POINTWISE],
         *second,
@@ -247,6 +250,41 @@ def test_a_compile_lists_the_tasks_its_shapes_take() -> None:
         if (task, "float32") not in want:
             want.append((task, "float32"))
     assert library_tasks(run_pipeline(b.get())) == want
+
+
+def test_a_compile_lists_the_gemm_path_and_pass_its_convolutions_take() -> None:
+    """A first run lists the float32 GEMM's path its convolutions' products take, not both:
+    past a band of output channels (`sgemm.MR`) a 1x1 convolution, whose B packs, and
+    Winograd's 16 GEMMs (each of all the output channels, no epilogue) take the packed one
+    (`sgemm_packed`), and the bias and ReLU they apply as they store need no pass
+    (`conv_epilogue`); a depthwise convolution leaves its ReLU to the pass. Every light CNN
+    listed the in-place path and the pass, and none ran them."""
+    from jit_helpers import var
+
+    from rvm import op
+    from rvm.jit.first_run import library_tasks
+    from rvm.kernels import sgemm
+    from rvm.transform.pipeline import run_pipeline
+
+    def tasks(build) -> list[str]:  # type: ignore[no-untyped-def]
+        b = Builder()
+        with b.function("main", [x, w1, w3, bias, wd]):
+            b.emit_output(b.emit(build()))
+        return [t for t, _ in library_tasks(run_pipeline(b.get()))]
+
+    from rvm.ir import Builder
+
+    x, bias = var("x", (1, 64, 28, 28)), var("b", (1, 64, 1, 1))
+    w1, w3, wd = var("w1", (64, 64, 1, 1)), var("w3", (64, 64, 3, 3)), var("wd", (64, 1, 3, 3))
+    pointwise = tasks(lambda: op.relu(op.add(op.conv2d(x, w1), bias)))
+    winograd = tasks(lambda: op.relu(op.add(op.conv2d(x, w3, padding=1), bias)))
+    depthwise = tasks(lambda: op.relu(op.conv2d(x, wd, padding=1, groups=64)))
+    assert sgemm.PACK_B and 64 > sgemm.MR  # on every CPU
+    for listed in (pointwise, winograd):
+        assert "sgemm_packed" in listed and "sgemm_block" not in listed, listed
+        assert ("conv_epilogue" in listed) != sgemm.FUSED_EPILOGUE, listed
+    assert "conv2d_winograd" in winograd, winograd
+    assert "conv_epilogue" in depthwise, depthwise
 
 
 def test_a_compile_lists_a_norms_task() -> None:

@@ -107,13 +107,14 @@ def _primitive_tasks(func: E.Function) -> Iterator[tuple[str, str]]:
     for node in calls:
         for task in _call_tasks(node):
             yield task, "float32"
-    # a float32 convolution's bias, residual or ReLU: the library's pass (`rvm.jit.lower`)
-    if any(c.callee in CONVS and _shape(c, None) for c in calls) and any(
-        c.callee in (ops.add, ops.relu) for c in calls
-    ):
-        from rvm.kernels import epipass
+    # a float32 convolution's bias, residual or ReLU that the library leaves to its pass
+    convs = [c for c in calls if c.callee in CONVS and _shape(c, None)]
+    if convs and any(c.callee in (ops.add, ops.relu) for c in calls):
+        residual = any(_adds_tensors(c) for c in calls)
+        if any(_leaves_epilogue(c, residual) for c in convs):
+            from rvm.kernels import epipass
 
-        yield from ((task, "float32") for task in epipass.FIRST_RUN_TASKS)
+            yield from ((task, "float32") for task in epipass.FIRST_RUN_TASKS)
     # a per-channel affine map (a batch norm) and ReLU: the library's pass (`rvm.jit.lower`)
     shape = _shape(func.body.body, None) if is_affine(func) else None  # type: ignore[attr-defined]
     if shape is not None:
@@ -121,6 +122,33 @@ def _primitive_tasks(func: E.Function) -> Iterator[tuple[str, str]]:
 
         if affine.splits(math.prod(shape)):
             yield from ((task, "float32") for task in affine.FIRST_RUN_TASKS)
+
+
+def _adds_tensors(call: E.Call) -> bool:
+    """Whether ``call`` adds two tensors of one size (a residual, not a bias a channel)."""
+    if call.callee is not ops.add or len(call.args) != 2:
+        return False
+    a, b = (_shape(arg, None) for arg in call.args)
+    return a is not None and b is not None and math.prod(a) == math.prod(b)
+
+
+def _leaves_epilogue(call: E.Call, residual: bool) -> bool:
+    """Whether the float32 convolution ``call`` may leave its epilogue (a bias, a ReLU, with
+    ``residual`` a residual too) to the library's pass (`rvm.kernels.epipass`) rather than
+    apply it as it stores (`rvm.kernels.convmethod.fuses_epilogue`): Winograd's never, the
+    direct method's with a residual, the library's by the method it takes."""
+    from rvm.kernels import convmethod
+
+    if call.callee is ops.conv2d_winograd:
+        return False
+    if call.callee is ops.conv2d_packed:
+        return residual
+    w = _shape(call.args[1], None)
+    if w is None or len(w) < 3:
+        return True
+    how = _conv_method(call)
+    depth = w[1] * math.prod(w[2:])  # a group's input channels by the kernel's taps
+    return how is None or not convmethod.fuses_epilogue.py_func(how, depth, (1, 1, 1, residual))
 
 
 def _shape(expr: E.Expr, rank: int | None) -> tuple[int, ...] | None:
@@ -146,7 +174,7 @@ def _call_tasks(call: E.Call) -> tuple[str, ...]:
     if callee in (ops.matmul, ops.dense):
         return _matmul_tasks(call, callee is ops.dense)
     if callee in (ops.conv1d, ops.conv2d):
-        return _conv_tasks(call, 2 if callee is ops.conv2d else 1)
+        return _conv_tasks(call)
     if callee is ops.conv2d_packed:
         from rvm.kernels import direct
 
@@ -154,10 +182,11 @@ def _call_tasks(call: E.Call) -> tuple[str, ...]:
     if callee is ops.conv2d_winograd:
         from rvm.kernels import winograd
 
-        if not _shape(call.args[0], 4):
+        out = _shape(call, 4)
+        if not _shape(call.args[0], 4) or out is None:
             return ()
         bf16 = attrs.get("precision") == "bf16"
-        return winograd.FIRST_RUN_TASKS_BF16 if bf16 else winograd.FIRST_RUN_TASKS
+        return winograd.FIRST_RUN_TASKS_BF16 if bf16 else winograd.first_run_tasks(out[1])
     # A packed product and attention run their task at any size: rows (a sequence's, a
     # batch's) known at run time only are listed too (a transformer's first run).
     if callee is ops.dense_packed:
@@ -234,14 +263,37 @@ def _matmul_tasks(call: E.Call, dense: bool) -> tuple[str, ...]:
     return blas.first_run_tasks(m, k, n, dense)
 
 
-def _conv_tasks(call: E.Call, nsp: int) -> tuple[str, ...]:
-    """A float32 convolution's tasks (`rvm.kernels.convmethod.first_run_tasks`); a 1-d one runs as
-    a 2-d one of height 1."""
+def _conv_tasks(call: E.Call) -> tuple[str, ...]:
+    """A float32 convolution's tasks (`rvm.kernels.convmethod.first_run_tasks`)."""
     from rvm.kernels import cblas, convmethod
 
-    x, w, out = (_shape(e, 2 + nsp) for e in (call.args[0], call.args[1], call))
-    if x is None or w is None or out is None or not cblas.AVAILABLE:
+    geometry = _conv_geometry(call)
+    if geometry is None or not cblas.AVAILABLE:
         return ()
+    return convmethod.first_run_tasks(*geometry)
+
+
+def _conv_method(call: E.Call) -> int | None:
+    """The method the library takes for the float32 convolution ``call``
+    (`rvm.kernels.convmethod.method`), None where its shapes are not static."""
+    from rvm.kernels import convmethod
+
+    geometry = _conv_geometry(call)
+    if geometry is None:
+        return None
+    c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, unpadded, dh, dw = geometry
+    return convmethod.method.py_func(
+        c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow, ih, iw, unpadded, True
+    )
+
+
+def _conv_geometry(call: E.Call) -> tuple | None:
+    """`rvm.kernels.convmethod.first_run_tasks`' arguments for the float32 convolution
+    ``call`` of static shapes (a 1-d one runs as a 2-d one of height 1), else None."""
+    nsp = 1 if call.callee is ops.conv1d else 2
+    x, w, out = (_shape(e, 2 + nsp) for e in (call.args[0], call.args[1], call))
+    if x is None or w is None or out is None:
+        return None
     if nsp == 1:
         x, w, out = ((*s[:2], 1, s[2]) for s in (x, w, out))
     (sh, sw), groups = (1, *call.attrs["strides"])[-2:], call.attrs["groups"]
@@ -249,6 +301,4 @@ def _conv_tasks(call: E.Call, nsp: int) -> tuple[str, ...]:
     c, ih, iw = x[1:]
     o, _, kh, kw = w
     dh, dw = (1, *call.attrs["dilation"])[-2:]
-    return convmethod.first_run_tasks(
-        c, o, groups, kh, kw, sh, sw, out[2], out[3], ih, iw, unpadded, dh, dw
-    )
+    return (c, o, groups, kh, kw, sh, sw, out[2], out[3], ih, iw, unpadded, dh, dw)

@@ -194,9 +194,20 @@ def first_run_tasks(
     ih: int, iw: int, unpadded: bool, dh: int = 1, dw: int = 1,
 ) -> tuple[str, ...]:  # fmt: skip
     """The library tasks a float32 convolution of this shape runs (`method`, `METHOD_TASKS`):
-    what its first run builds, worth building beforehand (`rvm.kernels.parfor.prefetch`)."""
+    what its first run builds, worth building beforehand (`rvm.kernels.parfor.prefetch`). The
+    GEMM's paths by the rows its products take: Winograd's (`winograd.first_run_tasks`), and
+    where B packs (the 1x1 methods' one run, im2col's panels: `sgemm.packs`) by its output
+    channels a group with the epilogue not known (`sgemm.packed_tasks`): past a band of them
+    the packed path alone (every light CNN listed the in-place one too, and none ran it)."""
     how = method.py_func(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow, ih, iw, unpadded, True)
-    return PANEL_TASKS if how == IM2COL and panels_pay.py_func(ow) else METHOD_TASKS[how]
+    if how == WINOGRAD:
+        return winograd.first_run_tasks(o)
+    panels = how == IM2COL and panels_pay.py_func(ow)
+    tasks = PANEL_TASKS if panels else METHOD_TASKS[how]
+    if panels or how == POINTWISE or how == STRIDED:
+        paths = sgemm.packed_tasks(o // groups)
+        tasks = tuple(t for t in tasks if t not in sgemm.TASKS or t in paths)
+    return tasks
 
 
 @jit(**_OPTS, inline="always")

@@ -123,6 +123,7 @@ __all__ = [  # with the shape of its tiles and blocks its callers reason about (
     "pack_whole",
     "packs",
     "packed_path",
+    "packed_tasks",
     "packs_in_place",
     "require",
     "sgemm",
@@ -361,6 +362,13 @@ def takes_packed(m, segments, width, c_step, wrap, epilogue):  # type: ignore[no
     """Whether `sgemm_segments` takes its packed path on a product of ``m`` rows
     (`packed_path`)."""
     return _packed_path(packs(segments, width, c_step, wrap), m, has_epilogue(epilogue))
+
+
+def packed_tasks(m: int) -> tuple[str, ...]:
+    """The tasks of the paths a product of ``m`` rows whose B packs (`packs`) may take, its
+    epilogue not known (`packed_path`): the packed one alone past a band of rows, else both.
+    What a convolution's first run builds (`rvm.kernels.convmethod.first_run_tasks`)."""
+    return ("sgemm_packed",) if packed_path(PACK_B, m, False) else TASKS
 
 
 def gemm_tasks(m: int) -> tuple[str, ...]:

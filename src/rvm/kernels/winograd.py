@@ -69,12 +69,14 @@ from rvm.kernels.winotiles import input_tiles, output_tiles
 __all__ = [
     "FIRST_RUN_TASKS",
     "FIRST_RUN_TASKS_BF16",
+    "OWN_TASKS",
     "POSITIONS",
     "block_rows",
     "conv2d",
     "conv2d_transformed",
     "conv2d_transformed_bf16",
     "cut",
+    "first_run_tasks",
     "kernel_transform",
     "transform",
     "transform_bf16",
@@ -89,10 +91,20 @@ L2_FLOATS = cpu().l2 // 4
 """One core's L2 in floats: a block's transformed input and products take 16 times this at
 most (`block_rows`)."""
 _PAIRS = 128  # (output, input) channel pairs a block of the weight's transform (`_weights`)
-FIRST_RUN_TASKS = ("conv2d_winograd", "winograd_blocks", *sgemm.TASKS)
-"""The library tasks (`rvm.kernels.parfor`) a float32 convolution by this method runs."""
+OWN_TASKS = ("conv2d_winograd", "winograd_blocks")
+"""The library tasks (`rvm.kernels.parfor`) of this method's own, in float32."""
+FIRST_RUN_TASKS = (*OWN_TASKS, *sgemm.TASKS)
+"""The library tasks a float32 convolution by this method may run; those one of ``o`` output
+channels runs: `first_run_tasks`."""
 FIRST_RUN_TASKS_BF16 = ("conv2d_winograd", "winograd_blocks_bf16")
 """Those of one on a weight transformed into bf16 pairs (`conv2d_transformed_bf16`)."""
+
+
+def first_run_tasks(o: int) -> tuple[str, ...]:
+    """The library tasks a float32 call to ``o`` output channels runs: its own, and the path
+    its 16 GEMMs take (`sgemm.gemm_tasks`: each of all ``o`` rows, no epilogue, B by its
+    stride, in a block or a range of positions alike: `_blocks`, `_apart`)."""
+    return (*OWN_TASKS, *sgemm.gemm_tasks(o))
 
 
 @jit(**_OPTS)
