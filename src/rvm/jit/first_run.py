@@ -281,7 +281,7 @@ def _conv_method(call: E.Call) -> int | None:
     geometry = _conv_geometry(call)
     if geometry is None:
         return None
-    c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, unpadded, dh, dw = geometry
+    c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, unpadded, dh, dw, _ = geometry
     return convmethod.method.py_func(
         c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow, ih, iw, unpadded, True
     )
@@ -301,4 +301,4 @@ def _conv_geometry(call: E.Call) -> tuple | None:
     c, ih, iw = x[1:]
     o, _, kh, kw = w
     dh, dw = (1, *call.attrs["dilation"])[-2:]
-    return (c, o, groups, kh, kw, sh, sw, out[2], out[3], ih, iw, unpadded, dh, dw)
+    return (c, o, groups, kh, kw, sh, sw, out[2], out[3], ih, iw, unpadded, dh, dw, x[0])

@@ -68,6 +68,7 @@ from rvm.kernels.blocks import empty
 from rvm.kernels.convmethod import (
     CHANNELS,
     DEPTHWISE,
+    IMAGES_TASK,
     POINTWISE,
     STRIDED,
     TAPS,
@@ -381,7 +382,7 @@ def _images_task(k, like, data):  # type: ignore[no-untyped-def]
 
 
 for _name, _task in (
-    ("conv2d_images", _images_task),
+    (IMAGES_TASK, _images_task),
     ("conv2d_pointwise", _pointwise_task),
     ("conv2d_strided", _strided_task),
     ("conv2d_depthwise", _depthwise_method_task),
@@ -400,7 +401,7 @@ _call_channels = parfor.caller("conv2d_channels")
 _call_im2col = parfor.caller("conv2d_im2col")
 _call_panels = parfor.caller("conv2d_im2col_panels")
 _call_winograd = parfor.caller("conv2d_winograd")
-_run_images = parfor.runner("conv2d_images")
+_run_images = parfor.runner(IMAGES_TASK)
 
 
 @jit(**_OPTS)

@@ -24,12 +24,14 @@ from rvm.kernels.cpu import cpu
 from rvm.kernels.gemmshape import LANES, NR, PACK_B
 from rvm.kernels.jitting import jit
 from rvm.kernels.segments import SHARED_TASKS
+from rvm.kernels.threads import get_num_threads
 
 __all__ = [
     "CHANNELS",
     "DEPTHWISE",
     "BUILT_DEPTH",
     "IM2COL",
+    "IMAGES_TASK",
     "METHOD_TASKS",
     "PACK_MIN_POSITIONS",
     "PANEL_TASKS",
@@ -163,6 +165,9 @@ METHOD_TASKS = (
 method's own first (`first_run_tasks`); im2col into the GEMM's panels (`panels_pay`) runs
 `PANEL_TASKS`."""
 PANEL_TASKS = ("conv2d_im2col_panels", *planes.TASKS, "gemm_segments", *sgemm.TASKS)
+IMAGES_TASK = "conv2d_images"
+"""The library task that runs a batch split an image a piece (`by_images`), each image by
+its method's."""
 
 
 @jit(**_OPTS)
@@ -191,14 +196,16 @@ def method(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow, ih, iw, unpadded, f32):
 
 def first_run_tasks(
     c: int, o: int, groups: int, kh: int, kw: int, sh: int, sw: int, oh: int, ow: int,
-    ih: int, iw: int, unpadded: bool, dh: int = 1, dw: int = 1,
+    ih: int, iw: int, unpadded: bool, dh: int = 1, dw: int = 1, n: int = 1,
 ) -> tuple[str, ...]:  # fmt: skip
     """The library tasks a float32 convolution of this shape runs (`method`, `METHOD_TASKS`):
     what its first run builds, worth building beforehand (`rvm.kernels.parfor.prefetch`). The
     GEMM's paths by the rows its products take: Winograd's (`winograd.first_run_tasks`), and
     where B packs (the 1x1 methods' one run, im2col's panels: `sgemm.packs`) by its output
     channels a group with the epilogue not known (`sgemm.packed_tasks`): past a band of them
-    the packed path alone (every light CNN listed the in-place one too, and none ran it)."""
+    the packed path alone (every light CNN listed the in-place one too, and none ran it). A
+    batch of ``n`` images split an image a piece (`by_images`, on this process's threads)
+    runs `IMAGES_TASK` first."""
     how = method.py_func(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow, ih, iw, unpadded, True)
     if how == WINOGRAD:
         return winograd.first_run_tasks(o)
@@ -207,6 +214,9 @@ def first_run_tasks(
     if panels or how == POINTWISE or how == STRIDED:
         paths = sgemm.packed_tasks(o // groups)
         tasks = tuple(t for t in tasks if t not in sgemm.TASKS or t in paths)
+    work = n * o * oh * ow * (c // groups) * kh * kw
+    if by_images.py_func(how, n, work, get_num_threads()):
+        return (IMAGES_TASK, *tasks)
     return tasks
 
 
