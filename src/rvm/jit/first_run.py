@@ -279,12 +279,7 @@ def _conv_method(call: E.Call) -> int | None:
     from rvm.kernels import convmethod
 
     geometry = _conv_geometry(call)
-    if geometry is None:
-        return None
-    c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, unpadded, dh, dw, _ = geometry
-    return convmethod.method.py_func(
-        c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow, ih, iw, unpadded, True
-    )
+    return None if geometry is None else convmethod.float32_method(*geometry)
 
 
 def _conv_geometry(call: E.Call) -> tuple | None:

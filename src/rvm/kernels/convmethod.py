@@ -54,6 +54,7 @@ __all__ = [
     "channels_pay",
     "columns_pay",
     "first_run_tasks",
+    "float32_method",
     "fuses_epilogue",
     "method",
     "panels_pay",
@@ -194,6 +195,15 @@ def method(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow, ih, iw, unpadded, f32):
     return IM2COL
 
 
+def float32_method(
+    c: int, o: int, groups: int, kh: int, kw: int, sh: int, sw: int, oh: int, ow: int,
+    ih: int, iw: int, unpadded: bool, dh: int = 1, dw: int = 1, n: int = 1,
+) -> int:  # fmt: skip
+    """`method` of a float32 convolution of this shape, in Python (``n``, the batch, as
+    `first_run_tasks` takes it, changes nothing)."""
+    return method.py_func(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow, ih, iw, unpadded, True)
+
+
 def first_run_tasks(
     c: int, o: int, groups: int, kh: int, kw: int, sh: int, sw: int, oh: int, ow: int,
     ih: int, iw: int, unpadded: bool, dh: int = 1, dw: int = 1, n: int = 1,
@@ -206,7 +216,7 @@ def first_run_tasks(
     the packed path alone (every light CNN listed the in-place one too, and none ran it). A
     batch of ``n`` images split an image a piece (`by_images`, on this process's threads)
     runs `IMAGES_TASK` first."""
-    how = method.py_func(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow, ih, iw, unpadded, True)
+    how = float32_method(c, o, groups, kh, kw, sh, sw, oh, ow, ih, iw, unpadded, dh, dw)
     if how == WINOGRAD:
         return winograd.first_run_tasks(o)
     panels = how == IM2COL and panels_pay.py_func(ow)
