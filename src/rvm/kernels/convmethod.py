@@ -212,7 +212,7 @@ def first_run_tasks(
     what its first run builds, worth building beforehand (`rvm.kernels.parfor.prefetch`). The
     GEMM's paths by the rows its products take: Winograd's (`winograd.first_run_tasks`), and
     where B packs (the 1x1 methods' one run, im2col's panels: `sgemm.packs`) by its output
-    channels a group with the epilogue not known (`sgemm.packed_tasks`): past a band of them
+    channels a group, its epilogue not known (`sgemm.gemm_tasks`): past a band of them
     the packed path alone (every light CNN listed the in-place one too, and none ran it). A
     batch of ``n`` images split an image a piece (`by_images`, on this process's threads)
     runs `IMAGES_TASK` first."""
@@ -222,7 +222,7 @@ def first_run_tasks(
     panels = how == IM2COL and panels_pay.py_func(ow)
     tasks = PANEL_TASKS if panels else METHOD_TASKS[how]
     if panels or how == POINTWISE or how == STRIDED:
-        paths = sgemm.packed_tasks(o // groups)
+        paths = sgemm.gemm_tasks(o // groups, None)
         tasks = tuple(t for t in tasks if t not in sgemm.TASKS or t in paths)
     work = n * o * oh * ow * (c // groups) * kh * kw
     if by_images.py_func(how, n, work, get_num_threads()):

@@ -123,7 +123,6 @@ __all__ = [  # with the shape of its tiles and blocks its callers reason about (
     "pack_whole",
     "packs",
     "packed_path",
-    "packed_tasks",
     "packs_in_place",
     "require",
     "sgemm",
@@ -364,17 +363,13 @@ def takes_packed(m, segments, width, c_step, wrap, epilogue):  # type: ignore[no
     return _packed_path(packs(segments, width, c_step, wrap), m, has_epilogue(epilogue))
 
 
-def packed_tasks(m: int) -> tuple[str, ...]:
-    """The tasks of the paths a product of ``m`` rows whose B packs (`packs`) may take, its
-    epilogue not known (`packed_path`): the packed one alone past a band of rows, else both.
-    What a convolution's first run builds (`rvm.kernels.convmethod.first_run_tasks`)."""
-    return ("sgemm_packed",) if packed_path(PACK_B, m, False) else TASKS
-
-
-def gemm_tasks(m: int) -> tuple[str, ...]:
-    """The task of the path a plain GEMM of ``m`` rows takes (one run of B by its stride, no
-    epilogue: `packed_path`): what its first run builds (`rvm.kernels.blas.first_run_tasks`)."""
-    return ("sgemm_packed",) if packed_path(PACK_B, m, False) else ("sgemm_block",)
+def gemm_tasks(m: int, epilogue: bool | None = False) -> tuple[str, ...]:
+    """The tasks of the paths a product of ``m`` rows whose B packs (`packs`) takes
+    (`packed_path`), with an ``epilogue`` or not, or (None) either: what its first run builds
+    (`rvm.kernels.blas.first_run_tasks`, `rvm.kernels.convmethod.first_run_tasks`)."""
+    if packed_path(PACK_B, m, bool(epilogue)):
+        return ("sgemm_packed",)
+    return TASKS if epilogue is None else ("sgemm_block",)
 
 
 @jit(**_OPTS, inline="always")
