@@ -143,12 +143,13 @@ def _leaves_epilogue(call: E.Call, residual: bool) -> bool:
         return False
     if call.callee is ops.conv2d_packed:
         return residual
-    w = _shape(call.args[1], None)
-    if w is None or len(w) < 3:
+    found = _conv_geometry(call)
+    if found is None:
         return True
-    how = _conv_method(call)
-    depth = w[1] * math.prod(w[2:])  # a group's input channels by the kernel's taps
-    return how is None or not convmethod.fuses_epilogue.py_func(how, depth, (1, 1, 1, residual))
+    geometry, _ = found
+    c, _, groups, kh, kw = geometry[:5]
+    how = convmethod.float32_method(*geometry)
+    return not convmethod.fuses_epilogue.py_func(how, c // groups * kh * kw, (1, 1, 1, residual))
 
 
 def _shape(expr: E.Expr, rank: int | None) -> tuple[int, ...] | None:
@@ -267,24 +268,17 @@ def _conv_tasks(call: E.Call) -> tuple[str, ...]:
     """A float32 convolution's tasks (`rvm.kernels.convmethod.first_run_tasks`)."""
     from rvm.kernels import cblas, convmethod
 
-    geometry = _conv_geometry(call)
-    if geometry is None or not cblas.AVAILABLE:
+    found = _conv_geometry(call)
+    if found is None or not cblas.AVAILABLE:
         return ()
-    return convmethod.first_run_tasks(*geometry)
+    geometry, n = found
+    return convmethod.first_run_tasks(*geometry, n=n)
 
 
-def _conv_method(call: E.Call) -> int | None:
-    """The method the library takes for the float32 convolution ``call``
-    (`rvm.kernels.convmethod.method`), None where its shapes are not static."""
-    from rvm.kernels import convmethod
-
-    geometry = _conv_geometry(call)
-    return None if geometry is None else convmethod.float32_method(*geometry)
-
-
-def _conv_geometry(call: E.Call) -> tuple | None:
-    """`rvm.kernels.convmethod.first_run_tasks`' arguments for the float32 convolution
-    ``call`` of static shapes (a 1-d one runs as a 2-d one of height 1), else None."""
+def _conv_geometry(call: E.Call) -> tuple[tuple, int] | None:
+    """(`rvm.kernels.convmethod.float32_method`'s arguments, the batch) for the float32
+    convolution ``call`` of static shapes (a 1-d one runs as a 2-d one of height 1), else
+    None."""
     nsp = 1 if call.callee is ops.conv1d else 2
     x, w, out = (_shape(e, 2 + nsp) for e in (call.args[0], call.args[1], call))
     if x is None or w is None or out is None:
@@ -296,4 +290,4 @@ def _conv_geometry(call: E.Call) -> tuple | None:
     c, ih, iw = x[1:]
     o, _, kh, kw = w
     dh, dw = (1, *call.attrs["dilation"])[-2:]
-    return (c, o, groups, kh, kw, sh, sw, out[2], out[3], ih, iw, unpadded, dh, dw, x[0])
+    return (c, o, groups, kh, kw, sh, sw, out[2], out[3], ih, iw, unpadded, dh, dw), x[0]

@@ -197,10 +197,9 @@ def method(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow, ih, iw, unpadded, f32):
 
 def float32_method(
     c: int, o: int, groups: int, kh: int, kw: int, sh: int, sw: int, oh: int, ow: int,
-    ih: int, iw: int, unpadded: bool, dh: int = 1, dw: int = 1, n: int = 1,
+    ih: int, iw: int, unpadded: bool, dh: int = 1, dw: int = 1,
 ) -> int:  # fmt: skip
-    """`method` of a float32 convolution of this shape, in Python (``n``, the batch, as
-    `first_run_tasks` takes it, changes nothing)."""
+    """`method` of a float32 convolution of this shape, in Python."""
     return method.py_func(c, o, groups, kh, kw, sh, sw, dh, dw, oh, ow, ih, iw, unpadded, True)
 
 
