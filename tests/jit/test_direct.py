@@ -14,7 +14,7 @@ import rvm
 from rvm import op
 from rvm.ir import expr as E
 from rvm.ir.builder import Builder
-from rvm.kernels import conv, convmethod, direct, parfor, sgemm, workpool
+from rvm.kernels import conv, convmethod, direct, direct_tile, parfor, sgemm, workpool
 from rvm.kernels.cpu import cpu
 from rvm.op import numpy_ref
 
@@ -59,6 +59,32 @@ def test_packed_convolution_matches_reference(case, panel) -> None:
     (sh, sw), (dh, dw), pads = case[6], case[7], case[9]
     direct.conv2d_packed(x, packed, out, sh, sw, dh, dw, pads[0], pads[1])
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-3)
+
+
+def test_deep_panels_run_in_depth_blocks() -> None:
+    """A panel and an input plane larger than half of one core's L2 run the bands over depth
+    blocks of taps (`rvm.kernels.direct_tile.tap_block`), each band's sums finished after
+    (`direct_tile.finish`): with a bias, a ReLU, a partial tile and a narrow last panel, the
+    reference's answers, the same bits at one thread and at two."""
+    c = cpu().l2 // 2 // (4 * 9 * direct.NB) + 9
+    assert direct_tile.tap_block(9, c, direct.NB, 81 * c) < 9
+    assert direct_tile.tap_block(9, 8, direct.NB, 81 * 8) == 9  # small: one block
+    case = (1, c, 7, 7, 2 * direct.NB + 5, (3, 3), (1, 1), (1, 1), 1, (1, 1, 1, 1))
+    x, w = _operands(case)
+    bias = rand((w.shape[0],), seed=2)
+    want = np.maximum(_reference(case, x, w) + bias[None, :, None, None], 0)
+    packed, outs = direct.pack(w, 1), []
+    before = rvm.get_num_threads()
+    try:
+        for threads in (1, 2):
+            rvm.set_num_threads(threads)
+            out = np.full(want.shape, np.nan, np.float32)
+            direct.conv2d_packed_fused(x, packed, out, 1, 1, 1, 1, 1, 1, bias, 1)
+            outs.append(out)
+    finally:
+        rvm.set_num_threads(before)
+    np.testing.assert_array_equal(outs[1], outs[0])
+    np.testing.assert_allclose(outs[0], want, rtol=1e-4, atol=1e-3)
 
 
 def test_every_partial_tile_size() -> None:

@@ -28,6 +28,10 @@ convolutions do:
 - a piece that runs a whole panel brings the panel its thread runs next into L2 as its bands
   go, a slice a band, a line every few steps (`micro`'s ``soon``): on small maps a panel has
   few bands (a 7 x 7 map 7), and the first of them had waited on memory for the weights;
+- a panel that, with the plane, outgrows half of L2 (resnet50's 512 -> 512 on 7 x 7: 884 KB)
+  runs in depth blocks of taps (`rvm.kernels.direct_tile.tap_block`), every band over a block
+  before the next, so it stays in L2 (read whole, it came from memory again for each band),
+  each band's sums a block apart, finished after (`direct_tile.finish`: added, bias, ReLU);
 - a whole tile goes transposed into the NCHW output, each output channel's `MR` positions
   one run: the accumulators are transposed in registers by shuffles (`nhwc.transposed`), a
   vector store a channel. A band's last, partial tile goes through a small buffer, element
@@ -56,7 +60,7 @@ import numpy as np
 from rvm.kernels import entry, epipass, nhwc, parfor, workpool
 from rvm.kernels.blocks import empty, kept
 from rvm.kernels.cpu import cpu
-from rvm.kernels.direct_tile import MR, NB, micro
+from rvm.kernels.direct_tile import MR, NB, finish, micro, store, tap_block
 from rvm.kernels.gemmshape import LANES, LINE, VECTORS
 from rvm.kernels.jitting import alive, jit
 from rvm.kernels.microkernel import prefetch_l2
@@ -164,10 +168,10 @@ def unpack(w: np.ndarray, channels: int) -> np.ndarray:
 
 
 @jit(**_OPTS, inline="always")
-def _bands(job, piece, bases, tmp, of):  # type: ignore[no-untyped-def]
+def _bands(job, piece, bases, tmp, of, like):  # type: ignore[no-untyped-def]
     """Piece ``piece`` of an image's job (`_JOB_FIELDS`): one group's panel of output
     channels by a range of bands of `MR` positions. Inlined in the task (its micro-kernels
-    built once, not again in a library of their own: 6.8 -> 5.9 CPU-s); `_store` is not
+    built once, not again in a library of their own: 6.8 -> 5.9 CPU-s); `store` is not
     (inlined, the 64-channel layers ran 3-5 % slower)."""
     xh, w, c, o, groups = job[1], job[2], job[4], job[5], job[6]
     taps = parfor.address(job) + 8 * _JOB_FIELDS
@@ -201,40 +205,63 @@ def _bands(job, piece, bases, tmp, of):  # type: ignore[no-untyped-def]
     later = (piece < whole or chunks == 1) and after < groups * panels
     next_at = w + 4 * after * size if later else 0
     next_lines = (4 * size + 63) // 64
-    # The band's first position's row and column, stepped along (no division a position: 12
-    # a band were a twentieth of a 64-channel 3 x 3 layer's time on a Zen 3).
-    y0, x0 = b_lo * MR // ow, b_lo * MR % ow
-    for band in range(b_lo, b_hi):
-        p0 = band * MR
-        rows = min(MR, p_all - p0)
-        y, x = y0, x0
-        for i in range(rows):
-            bases[i] = (y * sh * wp + x * sw) * c + g * cg
-            x += 1
-            if x == ow:
-                x, y = 0, y + 1
-        y0, x0 = y, x
-        if far and band + 1 < b_hi:
-            _prefetch_band(xh + 4 * (g * cg + job[_JOB_FIELDS + ntaps - 1]), y, x,
-                           min(MR, p_all - p0 - MR), ow, sh, sw, wp, c, cg)  # fmt: skip
-        soon, lines = 0, 0
-        if next_at:
-            first = band * next_lines // bands
-            soon = next_at + 64 * first
-            lines = min((band + 1) * next_lines // bands - first, ntaps * cg)
-        for j in range(0, width, NB):  # a panel wider than a tile (packed on another CPU)
-            part = min(NB, width - j)
-            vectors = (part + LANES - 1) // LANES
-            last = part - (vectors - 1) * LANES
-            at_bias = bias + 4 * (g * og + j0 + j) if bias else 0
-            if rows == MR:  # a whole tile: transposed into the output in registers
-                at_c = of_at + 4 * (out_at + j * p_all + p0)
-                micro(ntaps * cg, cg, xh, pb, taps, at_b + 4 * j, nb, at_c, rows, vectors, last,
-                      p_all, at_bias, act, soon, lines)  # fmt: skip
-            else:
-                micro(ntaps * cg, cg, xh, pb, taps, at_b + 4 * j, nb, pt_, rows, vectors, last,
-                      0, at_bias, act, 0, 0)  # fmt: skip
-                _store(tmp, of, out_at + j * p_all, p_all, p0, rows, part)
+    # Depth blocks of taps where the panel and the plane outgrow half of L2 (`tap_block`): the
+    # bands run over each block in turn, their sums kept in ``sums`` and finished after.
+    tb = tap_block(ntaps, cg, nb, job[23] * wp * c) if width <= NB else ntaps
+    blocks = (ntaps + tb - 1) // tb
+    sums = np.empty((b_hi - b_lo) * blocks * MR * NB if blocks > 1 else 0, np.float32)
+    for t0 in range(0, ntaps, tb):
+        steps = min(tb, ntaps - t0) * cg
+        # The band's first position's row and column, stepped along (no division a position:
+        # 12 a band were a twentieth of a 64-channel 3 x 3 layer's time on a Zen 3).
+        y0, x0 = b_lo * MR // ow, b_lo * MR % ow
+        for band in range(b_lo, b_hi):
+            p0 = band * MR
+            rows = min(MR, p_all - p0)
+            y, x = y0, x0
+            for i in range(rows):
+                bases[i] = (y * sh * wp + x * sw) * c + g * cg
+                x += 1
+                if x == ow:
+                    x, y = 0, y + 1
+            y0, x0 = y, x
+            if far and band + 1 < b_hi:
+                _prefetch_band(xh + 4 * (g * cg + job[_JOB_FIELDS + ntaps - 1]), y, x,
+                               min(MR, p_all - p0 - MR), ow, sh, sw, wp, c, cg)  # fmt: skip
+            soon, lines = 0, 0
+            if next_at and t0 + tb >= ntaps:
+                first = band * next_lines // bands
+                soon = next_at + 64 * first
+                lines = min((band + 1) * next_lines // bands - first, ntaps * cg)
+            for j in range(0, width, NB):  # a panel wider than a tile (packed on another CPU)
+                part = min(NB, width - j)
+                vectors = (part + LANES - 1) // LANES
+                last = part - (vectors - 1) * LANES
+                at_bias = bias + 4 * (g * og + j0 + j) if bias else 0
+                if rows == MR and blocks == 1:  # a whole tile: transposed into the output
+                    at_c = of_at + 4 * (out_at + j * p_all + p0)
+                    micro(ntaps * cg, cg, xh, pb, taps, at_b + 4 * j, nb, at_c, rows, vectors,
+                          last, p_all, at_bias, act, soon, lines)  # fmt: skip
+                    continue
+                # else its sums, a partial tile's or a depth block's, `NB` apart first
+                at_t = pt_
+                if blocks > 1:
+                    at_t = parfor.address(sums) + 4 * ((band - b_lo) * blocks + t0 // tb) * MR * NB
+                micro(steps, cg, xh, pb, taps + 8 * t0, at_b + 4 * (t0 * cg * nb + j), nb, at_t,
+                      rows, vectors, last, 0, 0 if blocks > 1 else at_bias,
+                      0 if blocks > 1 else act, soon if rows == MR else 0, lines)  # fmt: skip
+                if blocks == 1:
+                    store(tmp, of, out_at + j * p_all, p_all, p0, rows, part)
+    if blocks > 1:
+        biases = (
+            parfor.array_at(bias + 4 * (g * og + j0), (width,), like)
+            if bias
+            else np.empty(0, np.float32)
+        )
+        for band in range(b_lo, b_hi):
+            p0 = band * MR
+            finish(sums[(band - b_lo) * blocks * MR * NB :], blocks, biases, act, of, out_at,
+                    p_all, p0, min(MR, p_all - p0), width)  # fmt: skip
 
 
 @jit(**_OPTS, inline="always")
@@ -253,16 +280,6 @@ def _prefetch_band(at, y, x, rows, ow, sh, sw, wp, c, cg):  # type: ignore[no-un
         x += 1
         if x == ow:
             x, y = 0, y + 1
-
-
-@jit(**_OPTS)
-def _store(tmp, of, out_at, p_all, p0, rows, width):  # type: ignore[no-untyped-def]
-    """A tile (``rows`` positions by ``width`` channels, `NB` apart in ``tmp``) into the
-    NCHW output: each channel's positions one run."""
-    for lane in range(width):
-        dst = out_at + lane * p_all + p0
-        for i in range(rows):
-            of[dst + i] = tmp[i * NB + lane]
 
 
 # An image's job (int64): its length, the NHWC plane's and the weight's addresses, the
@@ -310,7 +327,7 @@ def _task(piece, like, data):  # type: ignore[no-untyped-def]
     of = parfor.array_at(job[17], (job[18],), like)
     bases = np.empty(MR, dtype=np.int64)
     tmp = np.empty(MR * NB, dtype=of.dtype)
-    _bands(job, piece - copies, bases, tmp, of)
+    _bands(job, piece - copies, bases, tmp, of, like)
 
 
 @jit(**_OPTS, inline="always")
