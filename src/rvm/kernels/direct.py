@@ -60,7 +60,7 @@ import numpy as np
 from rvm.kernels import entry, epipass, nhwc, parfor, workpool
 from rvm.kernels.blocks import empty, kept
 from rvm.kernels.cpu import cpu
-from rvm.kernels.direct_tile import MR, NB, finish, micro, store, tap_block
+from rvm.kernels.direct_tile import MR, NB, finish, micro, tap_block
 from rvm.kernels.gemmshape import LANES, LINE, VECTORS
 from rvm.kernels.jitting import alive, jit
 from rvm.kernels.microkernel import prefetch_l2
@@ -171,7 +171,7 @@ def unpack(w: np.ndarray, channels: int) -> np.ndarray:
 def _bands(job, piece, bases, tmp, of, like):  # type: ignore[no-untyped-def]
     """Piece ``piece`` of an image's job (`_JOB_FIELDS`): one group's panel of output
     channels by a range of bands of `MR` positions. Inlined in the task (its micro-kernels
-    built once, not again in a library of their own: 6.8 -> 5.9 CPU-s); `store` is not
+    built once, not again in a library of their own: 6.8 -> 5.9 CPU-s); `finish` is not
     (inlined, the 64-channel layers ran 3-5 % slower)."""
     xh, w, c, o, groups = job[1], job[2], job[4], job[5], job[6]
     taps = parfor.address(job) + 8 * _JOB_FIELDS
@@ -210,6 +210,7 @@ def _bands(job, piece, bases, tmp, of, like):  # type: ignore[no-untyped-def]
     tb = tap_block(ntaps, cg, nb, job[23] * wp * c) if width <= NB else ntaps
     blocks = (ntaps + tb - 1) // tb
     sums = np.empty((b_hi - b_lo) * blocks * MR * NB if blocks > 1 else 0, np.float32)
+    biases = parfor.array_at(bias + 4 * (g * og + j0), (width,), like) if bias else sums[:0]
     for t0 in range(0, ntaps, tb):
         steps = min(tb, ntaps - t0) * cg
         # The band's first position's row and column, stepped along (no division a position:
@@ -243,21 +244,15 @@ def _bands(job, piece, bases, tmp, of, like):  # type: ignore[no-untyped-def]
                     micro(ntaps * cg, cg, xh, pb, taps, at_b + 4 * j, nb, at_c, rows, vectors,
                           last, p_all, at_bias, act, soon, lines)  # fmt: skip
                     continue
-                # else its sums, a partial tile's or a depth block's, `NB` apart first
+                # else its sums, a partial tile's or a depth block's, `NB` apart, finished after
                 at_t = pt_
                 if blocks > 1:
                     at_t = parfor.address(sums) + 4 * ((band - b_lo) * blocks + t0 // tb) * MR * NB
                 micro(steps, cg, xh, pb, taps + 8 * t0, at_b + 4 * (t0 * cg * nb + j), nb, at_t,
-                      rows, vectors, last, 0, 0 if blocks > 1 else at_bias,
-                      0 if blocks > 1 else act, soon if rows == MR else 0, lines)  # fmt: skip
+                      rows, vectors, last, 0, 0, 0, soon if rows == MR else 0, lines)  # fmt: skip
                 if blocks == 1:
-                    store(tmp, of, out_at + j * p_all, p_all, p0, rows, part)
+                    finish(tmp, 1, biases[j:], act, of, out_at + j * p_all, p_all, p0, rows, part)
     if blocks > 1:
-        biases = (
-            parfor.array_at(bias + 4 * (g * og + j0), (width,), like)
-            if bias
-            else np.empty(0, np.float32)
-        )
         for band in range(b_lo, b_hi):
             p0 = band * MR
             finish(sums[(band - b_lo) * blocks * MR * NB :], blocks, biases, act, of, out_at,

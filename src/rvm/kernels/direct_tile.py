@@ -33,7 +33,6 @@ __all__ = [
     "finish",
     "micro",
     "read_line",
-    "store",
     "sums",
     "tap_block",
 ]
@@ -315,20 +314,11 @@ def micro(typingctx, depth, cg, a, bases, taps, b, ldb, c, rows, vectors, last, 
 
 
 @jit(**_OPTS)
-def store(tmp, of, out_at, p_all, p0, rows, width):  # type: ignore[no-untyped-def]
-    """A tile (``rows`` positions by ``width`` channels, `NB` apart in ``tmp``) into the
-    NCHW output: each channel's positions one run."""
-    for lane in range(width):
-        dst = out_at + lane * p_all + p0
-        for i in range(rows):
-            of[dst + i] = tmp[i * NB + lane]
-
-
-@jit(**_OPTS)
 def finish(sums, blocks, biases, act, of, out_at, p_all, p0, rows, width):  # type: ignore[no-untyped-def]  # noqa: E501
-    """A band's tile from its depth blocks' sums (``blocks`` tiles of `MR` x `NB`, one after
-    another in ``sums``) into the NCHW output: added in block order, plus the bias (``biases``,
-    empty: none), then the ReLU (``act`` 1; NaN kept), as `micro` ends a tile."""
+    """A tile of ``rows`` positions by ``width`` channels from its sums, ``blocks`` tiles of
+    `MR` x `NB` one after another in ``sums`` (a partial tile's one, a band's depth blocks'),
+    into the NCHW output, each channel's positions one run: added in block order, plus the bias
+    (``biases``, empty: none), then the ReLU (``act`` 1; NaN kept), as `micro` ends a tile."""
     for lane in range(width):
         dst = out_at + lane * p_all + p0
         for i in range(rows):
@@ -342,7 +332,8 @@ def finish(sums, blocks, biases, act, of, out_at, p_all, p0, rows, width):  # ty
             of[dst + i] = v
 
 
-def _taps_fit(ntaps: int, cg: int, nb: int, plane: int) -> int:
+@jit(**_OPTS)
+def tap_block(ntaps, cg, nb, plane):  # type: ignore[no-untyped-def]
     """The taps of a depth block of the direct method's bands: all of them where a panel
     (``ntaps * cg`` rows of ``nb`` floats) and the input's NHWC plane (``plane`` floats)
     fit half of one core's L2, which every band reads again; else as many as fit 45% of it
@@ -352,7 +343,3 @@ def _taps_fit(ntaps: int, cg: int, nb: int, plane: int) -> int:
     if 4 * (ntaps * cg * nb + plane) <= L2_BYTES // 2:
         return ntaps
     return max(1, min(ntaps, L2_BYTES * 45 // 100 // (4 * cg * nb)))
-
-
-tap_block = jit(**_OPTS)(_taps_fit)
-"""`_taps_fit`, compiled for the kernels."""
